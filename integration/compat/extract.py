@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Extract the compat test vectors of shared/compat/config-and-matching.md.
+
+Writes the fixture files of section 9.1 to fixtures/ and the vectors of
+sections 9.2, 9.3, 9.4 and 9.6 to vectors/*.json. The output is committed, so
+tests do not need shared/; re-run this after the spec changes:
+
+    python3 integration/compat/extract.py ../shared/compat/config-and-matching.md
+"""
+import json
+import os
+import re
+import sys
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def blocks(lines, start, end):
+    """Yield (heading, text) of every ```yaml block between two line indexes."""
+    heading = None
+    i = start
+    while i < end:
+        line = lines[i]
+        if line.startswith("#"):
+            heading = line.strip()
+        if line.strip() == "```yaml":
+            j = i + 1
+            while lines[j].strip() != "```":
+                j += 1
+            yield heading, "".join(lines[i + 1 : j])
+            i = j
+        i += 1
+
+
+def section(lines, title):
+    start = next(i for i, l in enumerate(lines) if l.startswith(title))
+    end = next(
+        (i for i in range(start + 1, len(lines)) if lines[i].startswith("### ")),
+        len(lines),
+    )
+    return start, end
+
+
+def main(path):
+    with open(path, encoding="utf-8") as f:
+        lines = f.readlines()
+
+    s, e = section(lines, "### 9.1")
+    for heading, text in blocks(lines, s, e):
+        name = re.search(r"`([^`]+)`", heading).group(1)
+        if name == "bad_yaml.yaml":
+            text = "'''\n"  # the spec: exactly the four bytes ''' + newline
+        with open(os.path.join(HERE, "fixtures", name), "w", encoding="utf-8") as f:
+            f.write(text)
+
+    for sec, out in [("### 9.2", "matching"), ("### 9.3", "load"), ("### 9.4", "replaces"), ("### 9.6", "cache_key")]:
+        s, e = section(lines, sec)
+        data = []
+        for _, text in blocks(lines, s, e):
+            data.extend(yaml.safe_load(text))
+        with open(os.path.join(HERE, "vectors", out + ".json"), "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1, ensure_ascii=False)
+            f.write("\n")
+        print(out, len(data))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "../../../shared/compat/config-and-matching.md"))

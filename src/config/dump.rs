@@ -1,0 +1,22 @@
+//! The `/rlconfig` text (config-and-matching.md §6).
+
+use std::fmt::Write as _;
+
+use super::tree::DescriptorTree;
+
+/// One line per rule:
+/// `<load key>: unit=<UNIT> requests_per_unit=<n>, shadow_mode: <b>, quota_mode: <b>`,
+/// each ending in `\n`. Order is deterministic: domains in load order, a
+/// node before its descendants, siblings in document order.
+pub fn dump(tree: &DescriptorTree) -> String {
+    let mut out = String::new();
+    for rule in tree.rules() {
+        // Writing into a String cannot fail.
+        let _ = writeln!(
+            out,
+            "{}: unit={} requests_per_unit={}, shadow_mode: {}, quota_mode: {}",
+            rule.load_key, rule.unit, rule.requests_per_unit, rule.shadow_mode, rule.quota_mode
+        );
+    }
+    out
+}

@@ -1,0 +1,59 @@
+//! Descriptor configuration: the original's YAML rule files, read, checked,
+//! validated and matched exactly as the original does
+//! (`shared/compat/config-and-matching.md`).
+//!
+//! The pipeline, one module a step:
+//! - [`yaml`](self): YAML 1.1 (yaml.v2) reading into a node tree with lines;
+//! - `check`: the flat allowed-key check (phase A.2);
+//! - `model`: typed decoding with yaml.v2's type errors (phase A.3);
+//! - `validate`: the rules of phase B, building a [`DescriptorTree`];
+//! - [`loader`]: a set of files into a [`Config`], all or nothing;
+//! - [`tree`]: the rule tree and its lookup;
+//! - [`dump`]: the `/rlconfig` text.
+
+pub mod check;
+pub mod dump;
+pub mod error;
+pub mod glob;
+pub mod loader;
+pub mod metadata;
+pub(crate) mod model;
+pub mod tree;
+pub(crate) mod validate;
+pub(crate) mod yaml;
+
+pub use error::{ConfigError, ConfigErrorKind};
+pub use loader::{load, ConfigFile};
+pub use metadata::{Metadata, MetadataValue};
+pub use tree::{
+    DescriptorTree, Entry, LimitOverride, Lookup, MatchError, MatchedLimit, RateLimitRule,
+};
+
+/// A loaded configuration: the rules of every domain and the files they came
+/// from. Immutable; a reload publishes a new one.
+#[derive(Debug, Default)]
+pub struct Config {
+    tree: DescriptorTree,
+    files: Vec<String>,
+}
+
+impl Config {
+    pub(crate) fn new(tree: DescriptorTree, files: Vec<String>) -> Config {
+        Config { tree, files }
+    }
+
+    /// The rule tree.
+    pub fn tree(&self) -> &DescriptorTree {
+        &self.tree
+    }
+
+    /// The names of the files this configuration was loaded from, in order.
+    pub fn files(&self) -> &[String] {
+        &self.files
+    }
+
+    /// The `/rlconfig` text.
+    pub fn dump(&self) -> String {
+        dump::dump(&self.tree)
+    }
+}

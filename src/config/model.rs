@@ -1,0 +1,271 @@
+//! Phase A.3: typed decoding of a checked document into the raw model.
+//!
+//! The structs mirror the YAML (config-and-matching.md §2.1) and carry the
+//! line of each node for error messages. Decoding follows yaml.v2 into the
+//! original's Go structs: pairs are applied in document order (so a duplicate
+//! key's last value wins), a known key in the wrong place is ignored, null
+//! gives the zero value, and every type error of the file is collected, in
+//! document order, with yaml.v2's text.
+
+use super::error::TypeError;
+use super::yaml::{Node, NodeKind, Resolved};
+
+/// One file: `domain` and its top-level descriptors.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RawFile {
+    pub(crate) domain: String,
+    pub(crate) domain_line: usize,
+    pub(crate) descriptors: Vec<RawDescriptor>,
+}
+
+/// One descriptor node.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RawDescriptor {
+    pub(crate) line: usize,
+    pub(crate) key: String,
+    pub(crate) value: String,
+    pub(crate) rate_limit: Option<RawRateLimit>,
+    pub(crate) descriptors: Vec<RawDescriptor>,
+    pub(crate) shadow_mode: bool,
+    pub(crate) quota_mode: bool,
+    pub(crate) detailed_metric: bool,
+    pub(crate) value_to_metric: bool,
+    pub(crate) share_threshold: bool,
+    pub(crate) metadata: Option<Node>,
+}
+
+/// A `rate_limit` block.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RawRateLimit {
+    pub(crate) line: usize,
+    pub(crate) unit: String,
+    pub(crate) requests_per_unit: u32,
+    pub(crate) unlimited: bool,
+    pub(crate) name: String,
+    pub(crate) replaces: Vec<RawReplace>,
+}
+
+/// One `replaces` entry.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RawReplace {
+    pub(crate) line: usize,
+    pub(crate) name: String,
+}
+
+/// Decodes a document that passed the key check.
+pub(crate) fn decode_file(root: &Node) -> Result<RawFile, Vec<TypeError>> {
+    let mut d = Decoder::default();
+    let mut file = RawFile {
+        domain_line: root.line,
+        ..RawFile::default()
+    };
+    for (key, value) in pairs(root) {
+        match key {
+            "domain" => {
+                file.domain = d.string(value);
+                file.domain_line = value.line;
+            }
+            "descriptors" => file.descriptors = d.descriptors(value),
+            _ => {}
+        }
+    }
+    if d.errors.is_empty() {
+        Ok(file)
+    } else {
+        Err(d.errors)
+    }
+}
+
+/// The string-keyed pairs of a mapping node, in document order.
+fn pairs(node: &Node) -> impl Iterator<Item = (&str, &Node)> {
+    let pairs: &[(Node, Node)] = match &node.kind {
+        NodeKind::Map(p) => p,
+        _ => &[],
+    };
+    pairs.iter().filter_map(|(k, v)| match &k.kind {
+        NodeKind::Scalar(s) => Some((s.text.as_str(), v)),
+        _ => None,
+    })
+}
+
+#[derive(Default)]
+struct Decoder {
+    errors: Vec<TypeError>,
+}
+
+impl Decoder {
+    fn fail(&mut self, node: &Node, go_type: &'static str) {
+        let text = match &node.kind {
+            NodeKind::Scalar(s) => Some(s.text.as_str()),
+            _ => None,
+        };
+        self.errors
+            .push(TypeError::new(node.line, node.tag(), text, go_type));
+    }
+
+    /// Any scalar decodes into a string field as its text; null is "".
+    fn string(&mut self, node: &Node) -> String {
+        match &node.kind {
+            NodeKind::Scalar(s) => match &s.value {
+                Resolved::Null => String::new(),
+                Resolved::Binary(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => s.text.clone(),
+            },
+            _ => {
+                self.fail(node, "string");
+                String::new()
+            }
+        }
+    }
+
+    /// Only YAML booleans decode into a bool field; null is false.
+    fn bool(&mut self, node: &Node) -> bool {
+        match &node.kind {
+            NodeKind::Scalar(s) => match s.value {
+                Resolved::Bool(b) => b,
+                Resolved::Null => false,
+                _ => {
+                    self.fail(node, "bool");
+                    false
+                }
+            },
+            _ => {
+                self.fail(node, "bool");
+                false
+            }
+        }
+    }
+
+    /// Only ints in 0..=u32::MAX decode into `requests_per_unit`; null is 0.
+    fn uint32(&mut self, node: &Node) -> u32 {
+        if let NodeKind::Scalar(s) = &node.kind {
+            match s.value {
+                Resolved::Null => return 0,
+                Resolved::Int(i) => {
+                    if let Ok(v) = u32::try_from(i) {
+                        return v;
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.fail(node, "uint32");
+        0
+    }
+
+    fn descriptors(&mut self, node: &Node) -> Vec<RawDescriptor> {
+        match &node.kind {
+            NodeKind::Seq(items) => items
+                .iter()
+                .filter_map(|item| match item.kind {
+                    NodeKind::Map(_) => Some(self.descriptor(item)),
+                    NodeKind::Scalar(ref s) if s.value == Resolved::Null => Some(RawDescriptor {
+                        line: item.line,
+                        ..RawDescriptor::default()
+                    }),
+                    _ => {
+                        self.fail(item, "config.YamlDescriptor");
+                        None
+                    }
+                })
+                .collect(),
+            NodeKind::Scalar(s) if s.value == Resolved::Null => Vec::new(),
+            _ => {
+                self.fail(node, "[]config.YamlDescriptor");
+                Vec::new()
+            }
+        }
+    }
+
+    fn descriptor(&mut self, node: &Node) -> RawDescriptor {
+        let mut d = RawDescriptor {
+            line: node.line,
+            ..RawDescriptor::default()
+        };
+        for (key, value) in pairs(node) {
+            match key {
+                "key" => d.key = self.string(value),
+                "value" => d.value = self.string(value),
+                "rate_limit" => d.rate_limit = self.rate_limit(value),
+                "descriptors" => d.descriptors = self.descriptors(value),
+                "shadow_mode" => d.shadow_mode = self.bool(value),
+                "quota_mode" => d.quota_mode = self.bool(value),
+                "detailed_metric" => d.detailed_metric = self.bool(value),
+                "value_to_metric" => d.value_to_metric = self.bool(value),
+                "share_threshold" => d.share_threshold = self.bool(value),
+                "metadata" => d.metadata = self.metadata(value),
+                _ => {}
+            }
+        }
+        d
+    }
+
+    fn rate_limit(&mut self, node: &Node) -> Option<RawRateLimit> {
+        match &node.kind {
+            NodeKind::Map(_) => {
+                let mut rl = RawRateLimit {
+                    line: node.line,
+                    ..RawRateLimit::default()
+                };
+                for (key, value) in pairs(node) {
+                    match key {
+                        "unit" => rl.unit = self.string(value),
+                        "requests_per_unit" => rl.requests_per_unit = self.uint32(value),
+                        "unlimited" => rl.unlimited = self.bool(value),
+                        "name" => rl.name = self.string(value),
+                        "replaces" => rl.replaces = self.replaces(value),
+                        _ => {}
+                    }
+                }
+                Some(rl)
+            }
+            NodeKind::Scalar(s) if s.value == Resolved::Null => None,
+            _ => {
+                self.fail(node, "config.YamlRateLimit");
+                None
+            }
+        }
+    }
+
+    fn replaces(&mut self, node: &Node) -> Vec<RawReplace> {
+        match &node.kind {
+            NodeKind::Seq(items) => items
+                .iter()
+                .map(|item| {
+                    let mut r = RawReplace {
+                        line: item.line,
+                        name: String::new(),
+                    };
+                    match item.kind {
+                        NodeKind::Map(_) => {
+                            for (key, value) in pairs(item) {
+                                if key == "name" {
+                                    r.name = self.string(value);
+                                }
+                            }
+                        }
+                        NodeKind::Scalar(ref s) if s.value == Resolved::Null => {}
+                        _ => self.fail(item, "config.YamlReplaces"),
+                    }
+                    r
+                })
+                .collect(),
+            NodeKind::Scalar(s) if s.value == Resolved::Null => Vec::new(),
+            _ => {
+                self.fail(node, "[]config.YamlReplaces");
+                Vec::new()
+            }
+        }
+    }
+
+    fn metadata(&mut self, node: &Node) -> Option<Node> {
+        match &node.kind {
+            NodeKind::Map(_) => Some(node.clone()),
+            NodeKind::Scalar(s) if s.value == Resolved::Null => None,
+            _ => {
+                self.fail(node, "map[string]interface {}");
+                None
+            }
+        }
+    }
+}

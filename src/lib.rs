@@ -1,0 +1,24 @@
+//! `ratelimit`: a drop-in replacement for the Envoy (Lyft) rate limit service.
+//!
+//! # Layout
+//!
+//! Dependencies point inward: the service layer calls the engine, which uses
+//! the configuration and the stores; nothing in `config` or `settings` knows
+//! about the network.
+//!
+//! - [`settings`]: every environment variable of the original, parsed through
+//!   an injectable [`settings::Source`].
+//! - [`config`]: descriptor YAML — the YAML 1.1 reader, key checking and typed
+//!   decoding, validation into a [`config::DescriptorTree`], matching, the
+//!   `/rlconfig` dump, the runtime-directory provider and the hot-reload
+//!   watcher.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+pub mod cli;
+pub mod config;
+pub mod engine;
+mod go_syntax;
+pub mod limiter;
+pub mod settings;
+pub mod store;

@@ -1,0 +1,1 @@
+//! Settings: the environment variables of the original service.
