@@ -7,15 +7,15 @@
 /// for an unsigned text above `i64::MAX`, as yaml.v2 does.
 ///
 /// Base prefixes `0x`, `0o`, `0b` (either case) and a leading `0` (octal) are
-/// honoured; underscores are accepted only between digits after a base
-/// prefix, as in Go. The result is always in `i64::MIN..=u64::MAX`.
+/// honoured; underscores may separate digits as in Go integer literals. The
+/// result is always in `i64::MIN..=u64::MAX`.
 pub(crate) fn parse_int(s: &str) -> Option<i128> {
     let (negative, signed, unsigned) = match s.as_bytes().first()? {
         b'+' => (false, true, &s[1..]),
         b'-' => (true, true, &s[1..]),
         _ => (false, false, s),
     };
-    let magnitude = parse_uint(unsigned)?;
+    let magnitude = parse_magnitude(unsigned).ok()??;
     let value = if negative {
         -(magnitude as i128)
     } else {
@@ -30,56 +30,80 @@ pub(crate) fn parse_int(s: &str) -> Option<i128> {
     }
 }
 
-/// Go `strconv.ParseUint(s, 0, 64)`.
-pub(crate) fn parse_uint(s: &str) -> Option<u64> {
+/// The text is not an integer in Go syntax.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NotAnInteger;
+
+/// Go `strconv.ParseUint(s, 0, 64)` on the unsigned part: `Ok(None)` is a well-formed
+/// number that does not fit `u64`.
+pub(crate) fn parse_magnitude(s: &str) -> Result<Option<u64>, NotAnInteger> {
     let b = s.as_bytes();
-    let (radix, digits, prefixed) = if b.len() >= 2 && b[0] == b'0' {
-        match b[1] {
-            b'x' | b'X' => (16, &s[2..], true),
-            b'o' | b'O' => (8, &s[2..], true),
-            b'b' | b'B' => (2, &s[2..], true),
-            _ => (8, &s[1..], true),
-        }
-    } else {
-        (10, s, false)
+    let (base, digits): (u8, &[u8]) = match b {
+        [] => return Err(NotAnInteger),
+        [b'0', p, _, ..] if p | 0x20 == b'b' => (2, &b[2..]),
+        [b'0', p, _, ..] if p | 0x20 == b'o' => (8, &b[2..]),
+        [b'0', p, _, ..] if p | 0x20 == b'x' => (16, &b[2..]),
+        [b'0', rest @ ..] => (8, rest),
+        _ => (10, b),
     };
-    if digits.is_empty() {
-        return None;
+    let mut value = Some(0u64);
+    let mut underscores = false;
+    for &c in digits {
+        let digit = match c {
+            b'_' => {
+                underscores = true;
+                continue;
+            }
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'z' | b'A'..=b'Z' => (c | 0x20) - b'a' + 10,
+            _ => return Err(NotAnInteger),
+        };
+        if digit >= base {
+            return Err(NotAnInteger);
+        }
+        value = value
+            .and_then(|v| v.checked_mul(base.into()))
+            .and_then(|v| v.checked_add(digit.into()));
     }
-    if digits.contains('_') && !underscores_ok(s, prefixed) {
-        return None;
+    if underscores && !underscore_ok(s) {
+        return Err(NotAnInteger);
     }
-    let clean: String = digits.chars().filter(|&c| c != '_').collect();
-    if clean.is_empty() || clean.starts_with('+') || clean.starts_with('-') {
-        return None;
-    }
-    u64::from_str_radix(&clean, radix).ok()
+    Ok(value)
 }
 
-/// Go's `underscoreOK`: underscores need a base prefix and must separate
-/// digits (never doubled, leading or trailing).
-fn underscores_ok(s: &str, prefixed: bool) -> bool {
-    if !prefixed {
-        return false;
+/// Go `strconv.underscoreOK`: underscores only between digits, or between a base prefix
+/// and a digit.
+pub(crate) fn underscore_ok(s: &str) -> bool {
+    let mut b = s.as_bytes();
+    if let [b'+' | b'-', rest @ ..] = b {
+        b = rest;
     }
-    let b = s.as_bytes();
-    // After the prefix, the text must alternate digit runs and single '_'.
-    // A '_' right after the prefix is allowed by Go ("0x_1F").
-    let mut prev_underscore = false;
-    for (i, &c) in b.iter().enumerate().skip(1) {
-        if c == b'_' {
-            if prev_underscore {
+    // The class of the last byte seen: `^` start, `0` digit or base prefix, `_`, `!` other.
+    let mut saw = b'^';
+    let mut hex = false;
+    if let [b'0', p, rest @ ..] = b {
+        if matches!(p | 0x20, b'b' | b'o' | b'x') {
+            saw = b'0';
+            hex = p | 0x20 == b'x';
+            b = rest;
+        }
+    }
+    for &c in b {
+        if c.is_ascii_digit() || (hex && c.is_ascii_hexdigit()) {
+            saw = b'0';
+        } else if c == b'_' {
+            if saw != b'0' {
                 return false;
             }
-            prev_underscore = true;
+            saw = b'_';
         } else {
-            prev_underscore = false;
-        }
-        if i == b.len() - 1 && c == b'_' {
-            return false;
+            if saw == b'_' {
+                return false;
+            }
+            saw = b'!';
         }
     }
-    true
+    saw != b'_'
 }
 
 #[cfg(test)]
@@ -117,8 +141,9 @@ mod tests {
     }
 
     #[test]
-    fn underscores_need_a_prefix() {
-        assert_eq!(parse_int("1_000"), None);
+    fn underscores_separate_digits() {
+        assert_eq!(parse_int("1_000"), Some(1000));
+        assert_eq!(parse_int("_1"), None);
         assert_eq!(parse_int("0x_1F"), Some(31));
         assert_eq!(parse_int("0b1_0"), Some(2));
         assert_eq!(parse_int("0x1__F"), None);

@@ -366,3 +366,6 @@ fn stats_key(
     }
     key
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,417 @@
+//! The 114 environment variables of the original service: one `ENV_*` constant per
+//! original name, and [`VARS`], the table of their kinds, defaults and support status.
+//!
+//! The table is the single source of truth for names and default texts:
+//! [`Settings::from_source`](super::Settings::from_source) reads every variable through it, so
+//! a default changed here changes the parsed default.
+
+use super::parse::{self, ParseError};
+
+/// The value syntax of a variable, as the original's `envconfig` decodes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Any text, taken verbatim (the empty string included).
+    String,
+    /// A Go `strconv.ParseInt(s, 0, 64)` integer: see [`parse::parse_int`].
+    Int,
+    /// A Go `strconv.ParseBool` boolean: see [`parse::parse_bool`].
+    Bool,
+    /// A Go `time.ParseDuration` duration: see [`parse::parse_duration`].
+    Duration,
+    /// A Go `strconv.ParseFloat` number: see [`parse::parse_f64`].
+    Float,
+    /// Comma-separated items: see [`parse::parse_list`].
+    List,
+    /// Comma-separated `key:value` items: see [`parse::parse_map`].
+    Map,
+}
+
+impl Kind {
+    /// Checks that `value` has this kind's syntax.
+    ///
+    /// This is the syntax only: the typed [`Settings`](super::Settings) may narrow a value
+    /// further (a port must fit `0..=65535`, `CONFIG_TYPE` must name a provider, …).
+    pub fn check(self, value: &str) -> Result<(), ParseError> {
+        match self {
+            Kind::String | Kind::List => Ok(()),
+            Kind::Int => parse::parse_int(value).map(drop),
+            Kind::Bool => parse::parse_bool(value).map(drop),
+            Kind::Duration => parse::parse_duration(value).map(drop),
+            Kind::Float => parse::parse_f64(value).map(drop),
+            Kind::Map => parse::parse_map(value).map(drop),
+        }
+    }
+}
+
+/// Whether this service acts on a variable yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Support {
+    /// Parsed, validated and acted on.
+    Active,
+    /// Parsed and validated (a bad value still aborts start-up, as in the original) but not
+    /// acted on yet; an explicitly set one is named in the start-up warning built from
+    /// [`Settings::accepted_but_inactive`](super::Settings::accepted_but_inactive).
+    Accepted,
+}
+
+/// One row of [`VARS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VarSpec {
+    /// The original's environment variable name.
+    pub name: &'static str,
+    /// The value syntax.
+    pub kind: Kind,
+    /// The text used when the variable is unset; it always passes `kind.check`
+    /// (unit-tested). An unset variable and one set to this text parse identically; a
+    /// variable set to the empty string does not use it.
+    pub default: &'static str,
+    /// Whether this service acts on the variable yet.
+    pub support: Support,
+}
+
+/// The row of [`VARS`] for `name`, if `name` is one of the original's variables.
+pub fn spec(name: &str) -> Option<&'static VarSpec> {
+    VARS.iter().find(|v| v.name == name)
+}
+
+/// Declares one `pub const` per variable and the [`VARS`] table from a single list, so a name
+/// cannot be in one and missing from the other. To start acting on a variable, change its
+/// last word from `Accepted` to `Active`.
+macro_rules! vars {
+    ($($(#[$doc:meta])* $konst:ident = $name:literal, $kind:ident, $default:literal, $support:ident;)*) => {
+        $(
+            $(#[$doc])*
+            #[doc = concat!("\n\nKind: ", stringify!($kind), "; default: \"", $default, "\".")]
+            pub const $konst: &str = $name;
+        )*
+
+        /// Every variable of the original, in the order of the specification table
+        /// (runtime spec §13). Names are unique (unit-tested).
+        pub static VARS: &[VarSpec] = &[
+            $(VarSpec {
+                name: $konst,
+                kind: Kind::$kind,
+                default: $default,
+                support: Support::$support,
+            },)*
+        ];
+    };
+}
+
+vars! {
+    /// Bind address of the main HTTP port.
+    ENV_HOST = "HOST", String, "0.0.0.0", Accepted;
+    /// Main HTTP port (`/healthcheck`, `/json`).
+    ENV_PORT = "PORT", Int, "8080", Accepted;
+    /// Bind address of the debug port.
+    ENV_DEBUG_HOST = "DEBUG_HOST", String, "0.0.0.0", Accepted;
+    /// Debug port (runtime spec §7.2).
+    ENV_DEBUG_PORT = "DEBUG_PORT", Int, "6070", Accepted;
+    /// If set, gRPC listens on this unix socket instead of host:port.
+    ENV_GRPC_UDS = "GRPC_UDS", String, "", Accepted;
+    /// gRPC bind address.
+    ENV_GRPC_HOST = "GRPC_HOST", String, "0.0.0.0", Accepted;
+    /// gRPC port.
+    ENV_GRPC_PORT = "GRPC_PORT", Int, "8081", Accepted;
+    /// Connection age before GOAWAY (±10 % jitter).
+    ENV_GRPC_MAX_CONNECTION_AGE = "GRPC_MAX_CONNECTION_AGE", Duration, "24h", Accepted;
+    /// Grace after GOAWAY before forced close.
+    ENV_GRPC_MAX_CONNECTION_AGE_GRACE = "GRPC_MAX_CONNECTION_AGE_GRACE", Duration, "1h", Accepted;
+    /// TLS on the gRPC port.
+    ENV_GRPC_SERVER_USE_TLS = "GRPC_SERVER_USE_TLS", Bool, "false", Accepted;
+    /// Server certificate chain file (PEM).
+    ENV_GRPC_SERVER_TLS_CERT = "GRPC_SERVER_TLS_CERT", String, "", Accepted;
+    /// Server private key file (PEM), same directory as the cert.
+    ENV_GRPC_SERVER_TLS_KEY = "GRPC_SERVER_TLS_KEY", String, "", Accepted;
+    /// CA for client certificates; set ⇒ mTLS required.
+    ENV_GRPC_CLIENT_TLS_CACERT = "GRPC_CLIENT_TLS_CACERT", String, "", Accepted;
+    /// DNS SAN the client certificate must match.
+    ENV_GRPC_CLIENT_TLS_SAN = "GRPC_CLIENT_TLS_SAN", String, "", Accepted;
+    /// Log level (runtime spec §12.8).
+    ENV_LOG_LEVEL = "LOG_LEVEL", String, "WARN", Active;
+    /// `json` ⇒ JSON logs.
+    ENV_LOG_FORMAT = "LOG_FORMAT", String, "text", Active;
+    /// `FILE` or `GRPC_XDS_SOTW`.
+    ENV_CONFIG_TYPE = "CONFIG_TYPE", String, "FILE", Active;
+    /// Don't wait for the first config before listening.
+    ENV_FORCE_START_WITHOUT_INITIAL_CONFIG = "FORCE_START_WITHOUT_INITIAL_CONFIG", Bool, "false", Accepted;
+    /// XDS node id.
+    ENV_CONFIG_GRPC_XDS_NODE_ID = "CONFIG_GRPC_XDS_NODE_ID", String, "default", Accepted;
+    /// Node metadata `k=v,k2=v2`.
+    ENV_CONFIG_GRPC_XDS_NODE_METADATA = "CONFIG_GRPC_XDS_NODE_METADATA", String, "", Accepted;
+    /// XDS management server (gRPC target).
+    ENV_CONFIG_GRPC_XDS_SERVER_URL = "CONFIG_GRPC_XDS_SERVER_URL", String, "localhost:18000", Accepted;
+    /// Stream retry interval (effectively unused, runtime spec §11.3).
+    ENV_CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL = "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", Duration, "3s", Accepted;
+    /// Extra gRPC metadata on the xDS stream.
+    ENV_CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS = "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", Map, "", Accepted;
+    /// TLS to the xDS server.
+    ENV_CONFIG_GRPC_XDS_SERVER_USE_TLS = "CONFIG_GRPC_XDS_SERVER_USE_TLS", Bool, "false", Accepted;
+    /// Client certificate for xDS TLS.
+    ENV_CONFIG_GRPC_XDS_CLIENT_TLS_CERT = "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", String, "", Accepted;
+    /// Client key for xDS TLS.
+    ENV_CONFIG_GRPC_XDS_CLIENT_TLS_KEY = "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", String, "", Accepted;
+    /// CA added to system roots for the xDS server.
+    ENV_CONFIG_GRPC_XDS_SERVER_TLS_CACERT = "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", String, "", Accepted;
+    /// Expected server name of the xDS server.
+    ENV_CONFIG_GRPC_XDS_SERVER_TLS_SAN = "CONFIG_GRPC_XDS_SERVER_TLS_SAN", String, "", Accepted;
+    /// Reconnect back-off minimum.
+    ENV_XDS_CLIENT_BACKOFF_INITIAL_INTERVAL = "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", Duration, "10s", Accepted;
+    /// Reconnect back-off maximum.
+    ENV_XDS_CLIENT_BACKOFF_MAX_INTERVAL = "XDS_CLIENT_BACKOFF_MAX_INTERVAL", Duration, "60s", Accepted;
+    /// Used as the back-off *multiplier* (runtime spec W16).
+    ENV_XDS_CLIENT_BACKOFF_RANDOM_FACTOR = "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", Float, "0.5", Accepted;
+    /// Jitter on the back-off.
+    ENV_XDS_CLIENT_BACKOFF_JITTER = "XDS_CLIENT_BACKOFF_JITTER", Bool, "true", Accepted;
+    /// Max xDS message size received.
+    ENV_XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES = "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", Int, "0", Accepted;
+    /// DogStatsD sink (runtime spec §10.1).
+    ENV_USE_DOG_STATSD = "USE_DOG_STATSD", Bool, "false", Accepted;
+    /// Mogrifier names (runtime spec §10.5).
+    ENV_USE_DOG_STATSD_MOGRIFIERS = "USE_DOG_STATSD_MOGRIFIERS", List, "", Accepted;
+    /// Statsd sink (runtime spec §10.1).
+    ENV_USE_STATSD = "USE_STATSD", Bool, "true", Accepted;
+    /// Statsd/DogStatsD host.
+    ENV_STATSD_HOST = "STATSD_HOST", String, "localhost", Accepted;
+    /// Statsd/DogStatsD port.
+    ENV_STATSD_PORT = "STATSD_PORT", Int, "8125", Accepted;
+    /// Tags added to all stats (runtime spec §10.2).
+    ENV_EXTRA_TAGS = "EXTRA_TAGS", Map, "", Accepted;
+    /// Stats flush period (must be > 0).
+    ENV_STATS_FLUSH_INTERVAL = "STATS_FLUSH_INTERVAL", Duration, "10s", Accepted;
+    /// Discard all stats.
+    ENV_DISABLE_STATS = "DISABLE_STATS", Bool, "false", Accepted;
+    /// Prometheus sink (requires `USE_STATSD=false`).
+    ENV_USE_PROMETHEUS = "USE_PROMETHEUS", Bool, "false", Accepted;
+    /// Prometheus listen address.
+    ENV_PROMETHEUS_ADDR = "PROMETHEUS_ADDR", String, ":9090", Accepted;
+    /// Prometheus scrape path.
+    ENV_PROMETHEUS_PATH = "PROMETHEUS_PATH", String, "/metrics", Accepted;
+    /// Path of a statsd_exporter mapping file replacing the default.
+    ENV_PROMETHEUS_MAPPER_YAML = "PROMETHEUS_MAPPER_YAML", String, "", Accepted;
+    /// Keep response time in ms in the default mapping.
+    ENV_PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS = "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", Bool, "false", Accepted;
+    /// FILE provider root (runtime spec §11.2).
+    ENV_RUNTIME_ROOT = "RUNTIME_ROOT", String, "/srv/runtime_data/current", Active;
+    /// Subdirectory under the root.
+    ENV_RUNTIME_SUBDIRECTORY = "RUNTIME_SUBDIRECTORY", String, "", Active;
+    /// Directory (watch-root: key prefix) holding config files.
+    ENV_RUNTIME_APPDIRECTORY = "RUNTIME_APPDIRECTORY", String, "config", Active;
+    /// Skip dot files and dot directories.
+    ENV_RUNTIME_IGNOREDOTFILES = "RUNTIME_IGNOREDOTFILES", Bool, "false", Active;
+    /// True = reload on symlink swap of the root; false = watch the app directory.
+    ENV_RUNTIME_WATCH_ROOT = "RUNTIME_WATCH_ROOT", Bool, "true", Active;
+    /// Upper bound (exclusive) of random seconds added to key expiry.
+    ENV_EXPIRATION_JITTER_MAX_SECONDS = "EXPIRATION_JITTER_MAX_SECONDS", Int, "300", Accepted;
+    /// Size of the local over-limit cache; 0 = off.
+    ENV_LOCAL_CACHE_SIZE_IN_BYTES = "LOCAL_CACHE_SIZE_IN_BYTES", Int, "0", Accepted;
+    /// Near-limit threshold ratio (runtime spec §4.4).
+    ENV_NEAR_LIMIT_RATIO = "NEAR_LIMIT_RATIO", Float, "0.8", Accepted;
+    /// Prefix of every backend key.
+    ENV_CACHE_KEY_PREFIX = "CACHE_KEY_PREFIX", String, "", Accepted;
+    /// `redis` (or empty) / `memcache`.
+    ENV_BACKEND_TYPE = "BACKEND_TYPE", String, "redis", Accepted;
+    /// Runtime spec §5.3 (Redis only).
+    ENV_STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", Bool, "false", Accepted;
+    /// Add rate-limit headers (runtime spec §9).
+    ENV_LIMIT_RESPONSE_HEADERS_ENABLED = "LIMIT_RESPONSE_HEADERS_ENABLED", Bool, "false", Accepted;
+    /// Header name for the limit.
+    ENV_LIMIT_LIMIT_HEADER = "LIMIT_LIMIT_HEADER", String, "RateLimit-Limit", Accepted;
+    /// Header name for the remaining count.
+    ENV_LIMIT_REMAINING_HEADER = "LIMIT_REMAINING_HEADER", String, "RateLimit-Remaining", Accepted;
+    /// Header name for seconds until reset.
+    ENV_LIMIT_RESET_HEADER = "LIMIT_RESET_HEADER", String, "RateLimit-Reset", Accepted;
+    /// Add the `config` health component (runtime spec §8).
+    ENV_HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED = "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", Bool, "false", Accepted;
+    /// Network for `REDIS_URL` (`unix`/`tcp`).
+    ENV_REDIS_SOCKET_TYPE = "REDIS_SOCKET_TYPE", String, "unix", Accepted;
+    /// `single`/`cluster`/`sentinel` (case-insensitive).
+    ENV_REDIS_TYPE = "REDIS_TYPE", String, "SINGLE", Accepted;
+    /// Redis address(es), runtime spec §5.1.
+    ENV_REDIS_URL = "REDIS_URL", String, "/var/run/nutcracker/ratelimit.sock", Accepted;
+    /// Connections per Redis node.
+    ENV_REDIS_POOL_SIZE = "REDIS_POOL_SIZE", Int, "10", Accepted;
+    /// `password` or `user:password`.
+    ENV_REDIS_AUTH = "REDIS_AUTH", String, "", Accepted;
+    /// TLS to the main Redis.
+    ENV_REDIS_TLS = "REDIS_TLS", Bool, "false", Accepted;
+    /// Client cert for Redis TLS (both clients).
+    ENV_REDIS_TLS_CLIENT_CERT = "REDIS_TLS_CLIENT_CERT", String, "", Accepted;
+    /// Client key for Redis TLS.
+    ENV_REDIS_TLS_CLIENT_KEY = "REDIS_TLS_CLIENT_KEY", String, "", Accepted;
+    /// CA added to system roots for Redis TLS.
+    ENV_REDIS_TLS_CACERT = "REDIS_TLS_CACERT", String, "", Accepted;
+    /// Verify chain but not host name.
+    ENV_REDIS_TLS_SKIP_HOSTNAME_VERIFICATION = "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", Bool, "false", Accepted;
+    /// Write-flush interval (cluster mode only).
+    ENV_REDIS_PIPELINE_WINDOW = "REDIS_PIPELINE_WINDOW", Duration, "0", Accepted;
+    /// Deprecated, no effect.
+    ENV_REDIS_PIPELINE_LIMIT = "REDIS_PIPELINE_LIMIT", Int, "0", Accepted;
+    /// Cluster key-group concurrency (runtime spec §5.1).
+    ENV_REDIS_CLUSTER_PIPELINE_PARALLELISM = "REDIS_CLUSTER_PIPELINE_PARALLELISM", Int, "1", Accepted;
+    /// Separate Redis for SECOND limits.
+    ENV_REDIS_PERSECOND = "REDIS_PERSECOND", Bool, "false", Accepted;
+    /// As `REDIS_SOCKET_TYPE` for the per-second Redis.
+    ENV_REDIS_PERSECOND_SOCKET_TYPE = "REDIS_PERSECOND_SOCKET_TYPE", String, "unix", Accepted;
+    /// As `REDIS_TYPE`.
+    ENV_REDIS_PERSECOND_TYPE = "REDIS_PERSECOND_TYPE", String, "SINGLE", Accepted;
+    /// As `REDIS_URL`.
+    ENV_REDIS_PERSECOND_URL = "REDIS_PERSECOND_URL", String, "/var/run/nutcracker/ratelimitpersecond.sock", Accepted;
+    /// As `REDIS_POOL_SIZE`.
+    ENV_REDIS_PERSECOND_POOL_SIZE = "REDIS_PERSECOND_POOL_SIZE", Int, "10", Accepted;
+    /// As `REDIS_AUTH`.
+    ENV_REDIS_PERSECOND_AUTH = "REDIS_PERSECOND_AUTH", String, "", Accepted;
+    /// TLS to the per-second Redis.
+    ENV_REDIS_PERSECOND_TLS = "REDIS_PERSECOND_TLS", Bool, "false", Accepted;
+    /// Auth for sentinel nodes (main).
+    ENV_REDIS_SENTINEL_AUTH = "REDIS_SENTINEL_AUTH", String, "", Accepted;
+    /// Auth for sentinel nodes (per-second).
+    ENV_REDIS_PERSECOND_SENTINEL_AUTH = "REDIS_PERSECOND_SENTINEL_AUTH", String, "", Accepted;
+    /// As `REDIS_PIPELINE_WINDOW`.
+    ENV_REDIS_PERSECOND_PIPELINE_WINDOW = "REDIS_PERSECOND_PIPELINE_WINDOW", Duration, "0", Accepted;
+    /// Deprecated, no effect.
+    ENV_REDIS_PERSECOND_PIPELINE_LIMIT = "REDIS_PERSECOND_PIPELINE_LIMIT", Int, "0", Accepted;
+    /// As `REDIS_CLUSTER_PIPELINE_PARALLELISM`.
+    ENV_REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM = "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", Int, "1", Accepted;
+    /// Tie the `redis` health component to live connections (runtime spec §5.9).
+    ENV_REDIS_HEALTH_CHECK_ACTIVE_CONNECTION = "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", Bool, "false", Accepted;
+    /// Dial timeout (main).
+    ENV_REDIS_TIMEOUT = "REDIS_TIMEOUT", Duration, "10s", Accepted;
+    /// Dial timeout (per-second).
+    ENV_REDIS_PERSECOND_TIMEOUT = "REDIS_PERSECOND_TIMEOUT", Duration, "10s", Accepted;
+    /// `WAIT`; `CREATE`/`ERROR` abort start-up.
+    ENV_REDIS_POOL_ON_EMPTY_BEHAVIOR = "REDIS_POOL_ON_EMPTY_BEHAVIOR", String, "WAIT", Accepted;
+    /// Same for per-second.
+    ENV_REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR = "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", String, "WAIT", Accepted;
+    /// First start-up retry delay.
+    ENV_REDIS_STARTUP_INITIAL_INTERVAL = "REDIS_STARTUP_INITIAL_INTERVAL", Duration, "1s", Accepted;
+    /// Max start-up retry delay.
+    ENV_REDIS_STARTUP_MAX_INTERVAL = "REDIS_STARTUP_MAX_INTERVAL", Duration, "30s", Accepted;
+    /// Give up (panic) after this; 0 = never.
+    ENV_REDIS_STARTUP_MAX_ELAPSED_TIME = "REDIS_STARTUP_MAX_ELAPSED_TIME", Duration, "0", Accepted;
+    /// Memcache servers `host:port,…`.
+    ENV_MEMCACHE_HOST_PORT = "MEMCACHE_HOST_PORT", List, "", Accepted;
+    /// Idle connections per memcache server.
+    ENV_MEMCACHE_MAX_IDLE_CONNS = "MEMCACHE_MAX_IDLE_CONNS", Int, "2", Accepted;
+    /// SRV record for memcache servers (exclusive with host list).
+    ENV_MEMCACHE_SRV = "MEMCACHE_SRV", String, "", Accepted;
+    /// SRV re-resolution period; 0 = never.
+    ENV_MEMCACHE_SRV_REFRESH = "MEMCACHE_SRV_REFRESH", Duration, "0", Accepted;
+    /// TLS to memcache.
+    ENV_MEMCACHE_TLS = "MEMCACHE_TLS", Bool, "false", Accepted;
+    /// Client cert for memcache TLS.
+    ENV_MEMCACHE_TLS_CLIENT_CERT = "MEMCACHE_TLS_CLIENT_CERT", String, "", Accepted;
+    /// Client key for memcache TLS.
+    ENV_MEMCACHE_TLS_CLIENT_KEY = "MEMCACHE_TLS_CLIENT_KEY", String, "", Accepted;
+    /// CA added to system roots for memcache TLS.
+    ENV_MEMCACHE_TLS_CACERT = "MEMCACHE_TLS_CACERT", String, "", Accepted;
+    /// Verify chain but not host name.
+    ENV_MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION = "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", Bool, "false", Accepted;
+    /// Global shadow mode (runtime spec §12.1).
+    ENV_SHADOW_MODE = "SHADOW_MODE", Bool, "false", Accepted;
+    /// Global quota mode (runtime spec §12.2).
+    ENV_QUOTA_MODE = "QUOTA_MODE", Bool, "false", Accepted;
+    /// Fill `dynamic_metadata` (runtime spec §3.7).
+    ENV_RESPONSE_DYNAMIC_METADATA = "RESPONSE_DYNAMIC_METADATA", Bool, "false", Accepted;
+    /// Allow several files for one domain (config document).
+    ENV_MERGE_DOMAIN_CONFIG = "MERGE_DOMAIN_CONFIG", Bool, "false", Active;
+    /// OpenTelemetry tracing.
+    ENV_TRACING_ENABLED = "TRACING_ENABLED", Bool, "false", Accepted;
+    /// `service.name`.
+    ENV_TRACING_SERVICE_NAME = "TRACING_SERVICE_NAME", String, "RateLimit", Accepted;
+    /// `service.namespace`.
+    ENV_TRACING_SERVICE_NAMESPACE = "TRACING_SERVICE_NAMESPACE", String, "", Accepted;
+    /// `service.instance.id` (random UUID if empty).
+    ENV_TRACING_SERVICE_INSTANCE_ID = "TRACING_SERVICE_INSTANCE_ID", String, "", Accepted;
+    /// `http` or `grpc`.
+    ENV_TRACING_EXPORTER_PROTOCOL = "TRACING_EXPORTER_PROTOCOL", String, "http", Accepted;
+    /// Trace-id ratio sampling.
+    ENV_TRACING_SAMPLING_RATE = "TRACING_SAMPLING_RATE", Float, "1", Accepted;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn table_has_all_114_names_once() {
+        assert_eq!(VARS.len(), 114, "runtime spec §13 lists 114 variables");
+        let names: HashSet<&str> = VARS.iter().map(|v| v.name).collect();
+        assert_eq!(names.len(), VARS.len(), "a name appears twice");
+    }
+
+    #[test]
+    fn names_are_upper_snake_case() {
+        for v in VARS {
+            assert!(
+                v.name
+                    .bytes()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'_'),
+                "{}",
+                v.name
+            );
+        }
+    }
+
+    #[test]
+    fn every_default_parses_with_its_kind() {
+        for v in VARS {
+            assert_eq!(
+                v.kind.check(v.default),
+                Ok(()),
+                "{} = {:?}",
+                v.name,
+                v.default
+            );
+        }
+    }
+
+    #[test]
+    fn only_the_config_and_log_variables_are_active() {
+        let active: Vec<&str> = VARS
+            .iter()
+            .filter(|v| v.support == Support::Active)
+            .map(|v| v.name)
+            .collect();
+        assert_eq!(
+            active,
+            [
+                ENV_LOG_LEVEL,
+                ENV_LOG_FORMAT,
+                ENV_CONFIG_TYPE,
+                ENV_RUNTIME_ROOT,
+                ENV_RUNTIME_SUBDIRECTORY,
+                ENV_RUNTIME_APPDIRECTORY,
+                ENV_RUNTIME_IGNOREDOTFILES,
+                ENV_RUNTIME_WATCH_ROOT,
+                ENV_MERGE_DOMAIN_CONFIG,
+            ]
+        );
+    }
+
+    #[test]
+    fn spot_check_rows_against_the_spec() {
+        let row = |name| spec(name).map(|v| (v.kind, v.default));
+        assert_eq!(row("PORT"), Some((Kind::Int, "8080")));
+        assert_eq!(row("REDIS_TYPE"), Some((Kind::String, "SINGLE")));
+        assert_eq!(row("NEAR_LIMIT_RATIO"), Some((Kind::Float, "0.8")));
+        assert_eq!(row("EXTRA_TAGS"), Some((Kind::Map, "")));
+        assert_eq!(row("MEMCACHE_HOST_PORT"), Some((Kind::List, "")));
+        assert_eq!(row("REDIS_PIPELINE_WINDOW"), Some((Kind::Duration, "0")));
+        assert_eq!(row("XDS_CLIENT_BACKOFF_JITTER"), Some((Kind::Bool, "true")));
+        assert_eq!(
+            row("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"),
+            Some((Kind::Int, "0"))
+        );
+        assert_eq!(
+            row("REDIS_PERSECOND_URL"),
+            Some((Kind::String, "/var/run/nutcracker/ratelimitpersecond.sock"))
+        );
+        assert_eq!(
+            row("DOG_STATSD_MOGRIFIERS"),
+            None,
+            "README drift, not a variable"
+        );
+    }
+}
