@@ -15,10 +15,14 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod app;
 pub mod cli;
 pub mod config;
 pub mod engine;
 mod go_syntax;
 pub mod limiter;
+pub mod logging;
+pub mod metrics;
+pub mod service;
 pub mod settings;
 pub mod store;

@@ -18,16 +18,20 @@ pub mod glob;
 pub mod loader;
 pub mod metadata;
 pub(crate) mod model;
+pub mod provider;
 pub mod tree;
 pub(crate) mod validate;
+pub mod watcher;
 pub(crate) mod yaml;
 
 pub use error::{ConfigError, ConfigErrorKind};
 pub use loader::{load, ConfigFile};
 pub use metadata::{Metadata, MetadataValue};
+pub use provider::{load_from_disk, LoadError, ProviderError, ProviderOptions};
 pub use tree::{
     DescriptorTree, Entry, LimitOverride, Lookup, MatchError, MatchedLimit, RateLimitRule,
 };
+pub use watcher::{ConfigWatcher, LiveConfig, ReloadStatus, WatchError};
 
 /// A loaded configuration: the rules of every domain and the files they came
 /// from. Immutable; a reload publishes a new one.

@@ -119,7 +119,7 @@ impl SyntaxError {
     /// yaml.v2's `parser.fail()`: scanner errors print the 0-based problem
     /// line plus one; parser errors print the 0-based line as it is, falling
     /// back to the context line; line 0 prints nothing.
-    fn from_libyaml(err: &libyaml_safer::Error) -> Self {
+    fn from_libyaml(err: &libyaml_safer::Error, input: &[u8]) -> Self {
         let problem_line = err.problem_mark().map_or(0, |m| m.line as usize);
         let context_line = err.context_mark().map_or(0, |m| m.line as usize);
         let go_line = if problem_line != 0 {
@@ -136,9 +136,19 @@ impl SyntaxError {
         } else {
             err.problem().to_string()
         };
-        let line = err.problem_mark().map(|m| m.line as usize + 1);
+        let line = match err.kind() {
+            // The reader reports an offset, not a mark: find the bad byte.
+            ErrorKind::Reader => first_invalid_utf8_line(input),
+            _ => err.problem_mark().map(|m| m.line as usize + 1),
+        };
         SyntaxError::new(message, line)
     }
+}
+
+/// The 1-based line of the first byte that is not UTF-8, if any.
+fn first_invalid_utf8_line(input: &[u8]) -> Option<usize> {
+    let valid = std::str::from_utf8(input).err()?.valid_up_to();
+    Some(1 + input[..valid].iter().filter(|&&b| b == b'\n').count())
 }
 
 /// Parses the first document of `input`; later documents are ignored, as
@@ -149,7 +159,9 @@ pub(crate) fn parse(input: &[u8]) -> Result<Node, SyntaxError> {
     parser.set_input_string(&mut bytes);
     let mut builder = Builder::default();
     loop {
-        let event = parser.parse().map_err(|e| SyntaxError::from_libyaml(&e))?;
+        let event = parser
+            .parse()
+            .map_err(|e| SyntaxError::from_libyaml(&e, input))?;
         let line = event.start_mark.line as usize + 1;
         match event.data {
             EventData::StreamStart { .. } | EventData::DocumentStart { .. } => {}

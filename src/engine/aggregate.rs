@@ -50,3 +50,86 @@ pub fn apply_replaces(limits: &mut [Option<MatchedLimit>]) -> Vec<Disposition> {
     }
     out
 }
+
+/// The overall code (runtime.md §3.5): OVER_LIMIT iff a non-quota
+/// descriptor is over its limit, or there are quota descriptors and all of
+/// them are. Unlimited descriptors are skipped. Returns the code and which
+/// descriptors "passed" (for dynamic metadata).
+///
+/// `quota[i]` is whether descriptor `i` counts as a quota descriptor (its
+/// rule's `quota_mode`, or global `QUOTA_MODE`, which in the original also
+/// covers descriptors without a limit).
+pub fn overall_code(
+    statuses: &[crate::engine::types::DescriptorStatus],
+    dispositions: &[Disposition],
+    quota: &[bool],
+) -> (crate::engine::types::Code, Vec<usize>) {
+    use crate::engine::types::Code;
+    let (mut failed_rate, mut failed_quota, mut total_quota) = (0, 0, 0);
+    let mut passed = Vec::new();
+    for (i, status) in statuses.iter().enumerate() {
+        if dispositions.get(i) == Some(&Disposition::Unlimited) {
+            continue;
+        }
+        let is_quota = quota.get(i).copied().unwrap_or(false);
+        if status.code == Code::OverLimit {
+            if is_quota {
+                failed_quota += 1;
+            } else {
+                failed_rate += 1;
+            }
+        } else {
+            passed.push(i);
+        }
+        if is_quota {
+            total_quota += 1;
+        }
+    }
+    let over = failed_rate > 0 || (total_quota > 0 && failed_quota == total_quota);
+    (if over { Code::OverLimit } else { Code::Ok }, passed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::types::{Code, DescriptorStatus};
+
+    fn st(code: Code) -> DescriptorStatus {
+        DescriptorStatus {
+            code,
+            ..DescriptorStatus::default()
+        }
+    }
+
+    /// The quota-mode cases of runtime.md §3.5 / §14.1 SV-13 … SV-17.
+    #[test]
+    fn quota_mode_rules() {
+        use Code::{Ok as K, OverLimit as O};
+        let c = Disposition::Checked;
+        let cases: [(&[Code], &[bool], Code); 6] = [
+            (&[O, O], &[true, true], O),
+            (&[O, K], &[true, true], K),
+            (&[O, K], &[false, true], O),
+            (&[K, O], &[false, true], O),
+            (&[K, K], &[false, true], K),
+            (&[O, K], &[false, false], O),
+        ];
+        for (codes, quota, want) in cases {
+            let statuses: Vec<_> = codes.iter().map(|&c| st(c)).collect();
+            let (got, _) = overall_code(&statuses, &[c, c], quota);
+            assert_eq!(got, want, "{codes:?} {quota:?}");
+        }
+    }
+
+    #[test]
+    fn unlimited_descriptors_are_skipped_and_never_pass() {
+        let statuses = [st(Code::Ok), st(Code::Ok)];
+        let (code, passed) = overall_code(
+            &statuses,
+            &[Disposition::Unlimited, Disposition::Checked],
+            &[true, true],
+        );
+        assert_eq!(code, Code::Ok);
+        assert_eq!(passed, vec![1]);
+    }
+}

@@ -1,4 +1,361 @@
-//! The one call: a request's descriptors to per-descriptor decisions and an
-//! overall code. Pure parts live in their own modules.
+//! The one call: a request's descriptors to per-descriptor statuses and an
+//! overall code (runtime.md §2.4–§4). The [`Engine`] does the I/O-free work
+//! around one store round trip; the pure steps live in their own modules:
+//!
+//! - [`aggregate`]: `unlimited`, `replaces`, the overall code;
+//! - [`headers`]: the rate-limit response headers;
+//! - [`dynamic_metadata`]: the response's dynamic metadata;
+//! - [`local_cache`]: the local over-limit cache;
+//! - [`types`]: request, response and errors.
 
 pub mod aggregate;
+pub mod dynamic_metadata;
+pub mod headers;
+pub mod local_cache;
+pub mod types;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::watcher::LiveConfig;
+use crate::config::{Lookup, MatchedLimit};
+use crate::limiter::fixed_window::{self, Window};
+use crate::limiter::Clock;
+use crate::metrics::Stats;
+use crate::store::key::fixed_window_key;
+use crate::store::{Increment, IncrementPolicy, Store};
+
+pub use aggregate::Disposition;
+pub use headers::HeaderNames;
+pub use local_cache::LocalCache;
+pub use types::{
+    Code, CurrentLimit, DescriptorStatus, RateLimitRequest, RateLimitResponse, RequestDescriptor,
+    ServiceError,
+};
+
+/// What the engine does beyond matching, from the settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineOptions {
+    /// `NEAR_LIMIT_RATIO`.
+    pub near_limit_ratio: f32,
+    /// `CACHE_KEY_PREFIX`.
+    pub cache_key_prefix: String,
+    /// `EXPIRATION_JITTER_MAX_SECONDS`: keys live `unit + [0, max)` seconds.
+    pub expiration_jitter_max_seconds: u64,
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`.
+    pub stop_increment_when_over_limit: bool,
+    /// `SHADOW_MODE`.
+    pub shadow_mode: bool,
+    /// `QUOTA_MODE`.
+    pub quota_mode: bool,
+    /// `RESPONSE_DYNAMIC_METADATA`.
+    pub response_dynamic_metadata: bool,
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED` with the header names.
+    pub response_headers: Option<HeaderNames>,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            near_limit_ratio: 0.8,
+            cache_key_prefix: String::new(),
+            expiration_jitter_max_seconds: 300,
+            stop_increment_when_over_limit: false,
+            shadow_mode: false,
+            quota_mode: false,
+            response_dynamic_metadata: false,
+            response_headers: None,
+        }
+    }
+}
+
+/// Decides `ShouldRateLimit` requests against the live configuration and a
+/// store. Cheap to share behind an `Arc`; every request reads one config
+/// snapshot and one clock value (`[W27]` fixed: the cache key and the reset
+/// time agree).
+#[derive(Debug)]
+pub struct Engine {
+    config: LiveConfig,
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    options: EngineOptions,
+    local_cache: Option<LocalCache>,
+    stats: Arc<Stats>,
+}
+
+/// One checked descriptor on its way to the store.
+struct Pending {
+    index: usize,
+    limit: MatchedLimit,
+    hits: u64,
+    window: Window,
+    key: String,
+    cached_over: bool,
+}
+
+impl Engine {
+    /// An engine; `local_cache` is the over-limit cache, if enabled.
+    pub fn new(
+        config: LiveConfig,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        options: EngineOptions,
+        local_cache: Option<LocalCache>,
+        stats: Arc<Stats>,
+    ) -> Engine {
+        Engine {
+            config,
+            store,
+            clock,
+            options,
+            local_cache,
+            stats,
+        }
+    }
+
+    /// The live configuration handle.
+    pub fn config(&self) -> &LiveConfig {
+        &self.config
+    }
+
+    /// The statistics.
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    /// The local over-limit cache, if enabled.
+    pub fn local_cache(&self) -> Option<&LocalCache> {
+        self.local_cache.as_ref()
+    }
+
+    /// Decides one request.
+    pub async fn should_rate_limit(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, ServiceError> {
+        let result = self.decide(request).await;
+        match &result {
+            Err(ServiceError::Store(_)) => self.stats.redis_error(),
+            Err(_) => self.stats.service_error(),
+            Ok(_) => {}
+        }
+        result
+    }
+
+    async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, ServiceError> {
+        if request.domain.is_empty() {
+            return Err(ServiceError::EmptyDomain);
+        }
+        if request.descriptors.is_empty() {
+            return Err(ServiceError::EmptyDescriptors);
+        }
+        let config = self.config.current().ok_or(ServiceError::NoConfig)?;
+        let now = self.clock.now_secs();
+
+        let mut limits = Vec::with_capacity(request.descriptors.len());
+        for (index, d) in request.descriptors.iter().enumerate() {
+            let found = config
+                .tree()
+                .find(&request.domain, &d.entries, d.limit.as_ref())
+                .map_err(|e| ServiceError::InvalidDescriptor {
+                    index,
+                    reason: e.to_string(),
+                })?;
+            limits.push(match found {
+                Lookup::Limit(m) => Some(m),
+                Lookup::NoLimit => None,
+                Lookup::DomainNotFound => {
+                    self.stats.domain_not_found(&request.domain);
+                    None
+                }
+            });
+        }
+        let dispositions = aggregate::apply_replaces(&mut limits);
+        let rule_metadata: Vec<_> = limits
+            .iter()
+            .map(|l| l.as_ref().and_then(|l| l.rule.metadata.clone()))
+            .collect();
+        let quota: Vec<bool> = limits
+            .iter()
+            .zip(&dispositions)
+            .map(|(l, d)| {
+                *d != Disposition::Unlimited
+                    && (self.options.quota_mode || l.as_ref().is_some_and(|l| l.rule.quota_mode))
+            })
+            .collect();
+
+        let pending = self.pending(request, limits, now);
+        let after = self.count(&pending).await?;
+
+        let mut statuses: Vec<DescriptorStatus> = dispositions
+            .iter()
+            .map(|d| DescriptorStatus {
+                code: Code::Ok,
+                limit_remaining: if *d == Disposition::Unlimited {
+                    u32::MAX
+                } else {
+                    0
+                },
+                ..DescriptorStatus::default()
+            })
+            .collect();
+        for (p, after) in pending.iter().zip(after) {
+            statuses[p.index] = self.status(p, after, now);
+        }
+
+        let (mut overall, passed) = aggregate::overall_code(&statuses, &dispositions, &quota);
+        let mut response_headers_to_add = Vec::new();
+        if let Some(names) = &self.options.response_headers {
+            if let Some(i) = headers::chosen_status(&statuses, &dispositions, &quota) {
+                let reset = statuses[i].duration_until_reset.map_or(0, |d| d.as_secs());
+                response_headers_to_add = headers::headers(names, &statuses[i], reset);
+            }
+        }
+        if overall == Code::OverLimit && self.options.shadow_mode {
+            overall = Code::Ok;
+            self.stats.global_shadow_mode();
+        }
+        let dynamic_metadata = self.options.response_dynamic_metadata.then(|| {
+            let refs: Vec<_> = rule_metadata.iter().map(|m| m.as_deref()).collect();
+            dynamic_metadata::build(request, &refs, &passed)
+        });
+        Ok(RateLimitResponse {
+            overall_code: overall,
+            statuses,
+            response_headers_to_add,
+            dynamic_metadata,
+        })
+    }
+
+    /// Keys, windows and hits of the descriptors that reach the store;
+    /// counts `total_hits` and consults the local cache (before any I/O, as
+    /// the original does).
+    fn pending(
+        &self,
+        request: &RateLimitRequest,
+        limits: Vec<Option<MatchedLimit>>,
+        now: u64,
+    ) -> Vec<Pending> {
+        let mut out = Vec::new();
+        for (index, (d, limit)) in request.descriptors.iter().zip(limits).enumerate() {
+            let Some(limit) = limit else { continue };
+            // A checked limit always has a real unit: validation refuses
+            // others and overrides with UNKNOWN are rejected by `find`.
+            let Some(unit_seconds) = limit.rule.unit.seconds() else {
+                continue;
+            };
+            let hits = d
+                .hits_addend
+                .unwrap_or_else(|| u64::from(request.hits_addend.max(1)));
+            let window = Window::containing(now, unit_seconds);
+            let key = fixed_window_key(
+                &self.options.cache_key_prefix,
+                &request.domain,
+                &d.entries,
+                limit.share_threshold_key_pattern.as_deref(),
+                window.start,
+            );
+            self.stats.rule(&limit.stats_key).total_hits.increment(hits);
+            let cached_over = self
+                .local_cache
+                .as_ref()
+                .is_some_and(|c| c.is_over_limit(&key, now));
+            out.push(Pending {
+                index,
+                limit,
+                hits,
+                window,
+                key,
+                cached_over,
+            });
+        }
+        out
+    }
+
+    /// One store round trip for the descriptors not answered by the local
+    /// cache; returns each pending descriptor's counter after the increment
+    /// (`None` for local-cache hits).
+    async fn count(&self, pending: &[Pending]) -> Result<Vec<Option<u64>>, ServiceError> {
+        let any_cached = pending.iter().any(|p| p.cached_over);
+        let stop = self.options.stop_increment_when_over_limit;
+        let batch: Vec<Increment> = pending
+            .iter()
+            .filter(|p| !p.cached_over)
+            .map(|p| Increment {
+                key: p.key.clone(),
+                // With STOP mode, a local-cache hit anywhere stops every increment.
+                hits: if stop && any_cached { 0 } else { p.hits },
+                window: p.window,
+                ttl_seconds: p.window.length + self.jitter(),
+                limit: u64::from(p.limit.rule.requests_per_unit),
+            })
+            .collect();
+        let policy = if stop {
+            IncrementPolicy::OnlyIfNoneWouldExceed
+        } else {
+            IncrementPolicy::Always
+        };
+        let mut counted = if batch.is_empty() {
+            Vec::new()
+        } else {
+            self.store.increment(&batch, policy).await?
+        }
+        .into_iter();
+        Ok(pending
+            .iter()
+            .map(|p| if p.cached_over { None } else { counted.next() })
+            .collect())
+    }
+
+    fn jitter(&self) -> u64 {
+        match self.options.expiration_jitter_max_seconds {
+            0 => 0,
+            max => rand::random_range(0..max),
+        }
+    }
+
+    /// The status of one counted descriptor, with its per-rule stats.
+    fn status(&self, p: &Pending, after: Option<u64>, now: u64) -> DescriptorStatus {
+        let rule = &p.limit.rule;
+        let stats = self.stats.rule(&p.limit.stats_key);
+        let verdict = match after {
+            None => {
+                stats.over_limit_with_local_cache.increment(p.hits);
+                fixed_window::judge_cached_over_limit(p.hits)
+            }
+            Some(after) => fixed_window::judge(
+                rule.requests_per_unit,
+                self.options.near_limit_ratio,
+                p.hits,
+                after.wrapping_sub(p.hits),
+                after,
+            ),
+        };
+        stats.over_limit.increment(verdict.over_limit_hits);
+        stats.near_limit.increment(verdict.near_limit_hits);
+        stats.within_limit.increment(verdict.within_limit_hits);
+        if verdict.over_limit && after.is_some() {
+            if let Some(cache) = &self.local_cache {
+                cache.insert(&p.key, p.window.start + p.window.length);
+            }
+        }
+        let code = if verdict.over_limit && rule.shadow_mode {
+            stats.shadow_mode.increment(verdict.shadowable_hits);
+            Code::Ok
+        } else if verdict.over_limit {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        };
+        DescriptorStatus {
+            code,
+            current_limit: Some(CurrentLimit {
+                requests_per_unit: rule.requests_per_unit,
+                unit: rule.unit,
+                name: rule.name.clone(),
+            }),
+            limit_remaining: verdict.remaining,
+            duration_until_reset: Some(Duration::from_secs(p.window.reset_after(now))),
+        }
+    }
+}

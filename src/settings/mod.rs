@@ -32,7 +32,7 @@ use std::time::Duration;
 
 pub use parse::ParseError;
 pub use source::{Env, MapSource, NotUnicode, Source};
-pub use vars::{Kind, Support, VarSpec, VARS};
+pub use vars::{Kind, Support, VarSpec, EXTENSIONS, VARS};
 
 use parse::{
     parse_bool, parse_duration, parse_f32, parse_f64, parse_int, parse_list, parse_map, parse_port,
@@ -63,6 +63,19 @@ pub struct Settings {
     pub memcache: MemcacheSettings,
     /// OpenTelemetry tracing.
     pub tracing: TracingSettings,
+    /// Our graceful-shutdown timings (`SHUTDOWN_*`, not in the original).
+    pub shutdown: ShutdownSettings,
+    /// `STATSD_PROTOCOL` (`tcp`/`udp`), read by the original's statsd library.
+    pub statsd_protocol: String,
+}
+
+/// Graceful shutdown (ours): `SHUTDOWN_DRAIN_DURATION`, `SHUTDOWN_TIMEOUT`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ShutdownSettings {
+    /// After SIGTERM, how long health fails before listeners close.
+    pub drain: Duration,
+    /// How long in-flight calls may run before connections are cut.
+    pub timeout: Duration,
 }
 
 /// Listening addresses, ports and gRPC connection options.
@@ -794,6 +807,11 @@ impl Settings {
                 exporter_protocol: r.get(ENV_TRACING_EXPORTER_PROTOCOL, str::parse),
                 sampling_rate: r.get(ENV_TRACING_SAMPLING_RATE, parse_f64),
             },
+            statsd_protocol: r.string(ENV_STATSD_PROTOCOL),
+            shutdown: ShutdownSettings {
+                drain: r.get(ENV_SHUTDOWN_DRAIN_DURATION, parse_duration),
+                timeout: r.get(ENV_SHUTDOWN_TIMEOUT, parse_duration),
+            },
         };
         (settings, r.invalid)
     }
@@ -1094,7 +1112,11 @@ mod tests {
     fn from_source_reads_exactly_the_table() {
         let rec = Recording::default();
         Settings::from_source(&rec).expect("defaults parse");
-        let table: BTreeSet<String> = VARS.iter().map(|v| v.name.to_owned()).collect();
+        let table: BTreeSet<String> = VARS
+            .iter()
+            .chain(vars::EXTENSIONS)
+            .map(|v| v.name.to_owned())
+            .collect();
         assert_eq!(*rec.asked.borrow(), table);
     }
 
@@ -1335,6 +1357,7 @@ mod tests {
             ("REDIS_URL", "localhost:6379"),
             ("LOG_LEVEL", "debug"),
             ("PORT", "9090"),
+            ("TRACING_ENABLED", "false"),
             ("CACHE_KEY_PREFIX", ""),
             ("RUNTIME_ROOT", "/data"),
             ("NOT_A_SETTING", "1"),
@@ -1342,7 +1365,7 @@ mod tests {
         let settings = Settings::from_source(&source).expect("valid");
         assert_eq!(
             settings.accepted_but_inactive(&source),
-            ["PORT", "CACHE_KEY_PREFIX", "REDIS_URL"]
+            ["REDIS_URL", "TRACING_ENABLED"]
         );
         assert!(Settings::default()
             .accepted_but_inactive(&MapSource::new())

@@ -69,10 +69,45 @@ pub struct VarSpec {
     pub support: Support,
 }
 
-/// The row of [`VARS`] for `name`, if `name` is one of the original's variables.
+/// The row of [`VARS`] or [`EXTENSIONS`] for `name`.
 pub fn spec(name: &str) -> Option<&'static VarSpec> {
-    VARS.iter().find(|v| v.name == name)
+    VARS.iter().chain(EXTENSIONS).find(|v| v.name == name)
 }
+
+/// After SIGTERM, how long the health check fails before the listeners
+/// close, so load balancers stop sending first. Ours; default `0s` (the
+/// original's behaviour).
+pub const ENV_SHUTDOWN_DRAIN_DURATION: &str = "SHUTDOWN_DRAIN_DURATION";
+/// How long in-flight calls may run after the listeners close before
+/// connections are cut. Ours; the original waits forever (`[W22]`).
+pub const ENV_SHUTDOWN_TIMEOUT: &str = "SHUTDOWN_TIMEOUT";
+
+/// `tcp` (default) or `udp`: the statsd transport. Read by the original's
+/// statsd library rather than its settings; honoured here the same way.
+pub const ENV_STATSD_PROTOCOL: &str = "STATSD_PROTOCOL";
+
+/// Variables this service adds to the original's. Each is opt-in: its
+/// default keeps an existing deployment's behaviour.
+pub static EXTENSIONS: &[VarSpec] = &[
+    VarSpec {
+        name: ENV_STATSD_PROTOCOL,
+        kind: Kind::String,
+        default: "tcp",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_SHUTDOWN_DRAIN_DURATION,
+        kind: Kind::Duration,
+        default: "0s",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_SHUTDOWN_TIMEOUT,
+        kind: Kind::Duration,
+        default: "15s",
+        support: Support::Active,
+    },
+];
 
 /// Declares one `pub const` per variable and the [`VARS`] table from a single list, so a name
 /// cannot be in one and missing from the other. To start acting on a variable, change its
@@ -100,33 +135,33 @@ macro_rules! vars {
 
 vars! {
     /// Bind address of the main HTTP port.
-    ENV_HOST = "HOST", String, "0.0.0.0", Accepted;
+    ENV_HOST = "HOST", String, "0.0.0.0", Active;
     /// Main HTTP port (`/healthcheck`, `/json`).
-    ENV_PORT = "PORT", Int, "8080", Accepted;
+    ENV_PORT = "PORT", Int, "8080", Active;
     /// Bind address of the debug port.
-    ENV_DEBUG_HOST = "DEBUG_HOST", String, "0.0.0.0", Accepted;
+    ENV_DEBUG_HOST = "DEBUG_HOST", String, "0.0.0.0", Active;
     /// Debug port (runtime spec §7.2).
-    ENV_DEBUG_PORT = "DEBUG_PORT", Int, "6070", Accepted;
+    ENV_DEBUG_PORT = "DEBUG_PORT", Int, "6070", Active;
     /// If set, gRPC listens on this unix socket instead of host:port.
-    ENV_GRPC_UDS = "GRPC_UDS", String, "", Accepted;
+    ENV_GRPC_UDS = "GRPC_UDS", String, "", Active;
     /// gRPC bind address.
-    ENV_GRPC_HOST = "GRPC_HOST", String, "0.0.0.0", Accepted;
+    ENV_GRPC_HOST = "GRPC_HOST", String, "0.0.0.0", Active;
     /// gRPC port.
-    ENV_GRPC_PORT = "GRPC_PORT", Int, "8081", Accepted;
+    ENV_GRPC_PORT = "GRPC_PORT", Int, "8081", Active;
     /// Connection age before GOAWAY (±10 % jitter).
-    ENV_GRPC_MAX_CONNECTION_AGE = "GRPC_MAX_CONNECTION_AGE", Duration, "24h", Accepted;
+    ENV_GRPC_MAX_CONNECTION_AGE = "GRPC_MAX_CONNECTION_AGE", Duration, "24h", Active;
     /// Grace after GOAWAY before forced close.
-    ENV_GRPC_MAX_CONNECTION_AGE_GRACE = "GRPC_MAX_CONNECTION_AGE_GRACE", Duration, "1h", Accepted;
+    ENV_GRPC_MAX_CONNECTION_AGE_GRACE = "GRPC_MAX_CONNECTION_AGE_GRACE", Duration, "1h", Active;
     /// TLS on the gRPC port.
-    ENV_GRPC_SERVER_USE_TLS = "GRPC_SERVER_USE_TLS", Bool, "false", Accepted;
+    ENV_GRPC_SERVER_USE_TLS = "GRPC_SERVER_USE_TLS", Bool, "false", Active;
     /// Server certificate chain file (PEM).
-    ENV_GRPC_SERVER_TLS_CERT = "GRPC_SERVER_TLS_CERT", String, "", Accepted;
+    ENV_GRPC_SERVER_TLS_CERT = "GRPC_SERVER_TLS_CERT", String, "", Active;
     /// Server private key file (PEM), same directory as the cert.
-    ENV_GRPC_SERVER_TLS_KEY = "GRPC_SERVER_TLS_KEY", String, "", Accepted;
+    ENV_GRPC_SERVER_TLS_KEY = "GRPC_SERVER_TLS_KEY", String, "", Active;
     /// CA for client certificates; set ⇒ mTLS required.
-    ENV_GRPC_CLIENT_TLS_CACERT = "GRPC_CLIENT_TLS_CACERT", String, "", Accepted;
+    ENV_GRPC_CLIENT_TLS_CACERT = "GRPC_CLIENT_TLS_CACERT", String, "", Active;
     /// DNS SAN the client certificate must match.
-    ENV_GRPC_CLIENT_TLS_SAN = "GRPC_CLIENT_TLS_SAN", String, "", Accepted;
+    ENV_GRPC_CLIENT_TLS_SAN = "GRPC_CLIENT_TLS_SAN", String, "", Active;
     /// Log level (runtime spec §12.8).
     ENV_LOG_LEVEL = "LOG_LEVEL", String, "WARN", Active;
     /// `json` ⇒ JSON logs.
@@ -134,7 +169,7 @@ vars! {
     /// `FILE` or `GRPC_XDS_SOTW`.
     ENV_CONFIG_TYPE = "CONFIG_TYPE", String, "FILE", Active;
     /// Don't wait for the first config before listening.
-    ENV_FORCE_START_WITHOUT_INITIAL_CONFIG = "FORCE_START_WITHOUT_INITIAL_CONFIG", Bool, "false", Accepted;
+    ENV_FORCE_START_WITHOUT_INITIAL_CONFIG = "FORCE_START_WITHOUT_INITIAL_CONFIG", Bool, "false", Active;
     /// XDS node id.
     ENV_CONFIG_GRPC_XDS_NODE_ID = "CONFIG_GRPC_XDS_NODE_ID", String, "default", Accepted;
     /// Node metadata `k=v,k2=v2`.
@@ -166,31 +201,31 @@ vars! {
     /// Max xDS message size received.
     ENV_XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES = "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", Int, "0", Accepted;
     /// DogStatsD sink (runtime spec §10.1).
-    ENV_USE_DOG_STATSD = "USE_DOG_STATSD", Bool, "false", Accepted;
+    ENV_USE_DOG_STATSD = "USE_DOG_STATSD", Bool, "false", Active;
     /// Mogrifier names (runtime spec §10.5).
-    ENV_USE_DOG_STATSD_MOGRIFIERS = "USE_DOG_STATSD_MOGRIFIERS", List, "", Accepted;
+    ENV_USE_DOG_STATSD_MOGRIFIERS = "USE_DOG_STATSD_MOGRIFIERS", List, "", Active;
     /// Statsd sink (runtime spec §10.1).
-    ENV_USE_STATSD = "USE_STATSD", Bool, "true", Accepted;
+    ENV_USE_STATSD = "USE_STATSD", Bool, "true", Active;
     /// Statsd/DogStatsD host.
-    ENV_STATSD_HOST = "STATSD_HOST", String, "localhost", Accepted;
+    ENV_STATSD_HOST = "STATSD_HOST", String, "localhost", Active;
     /// Statsd/DogStatsD port.
-    ENV_STATSD_PORT = "STATSD_PORT", Int, "8125", Accepted;
+    ENV_STATSD_PORT = "STATSD_PORT", Int, "8125", Active;
     /// Tags added to all stats (runtime spec §10.2).
-    ENV_EXTRA_TAGS = "EXTRA_TAGS", Map, "", Accepted;
+    ENV_EXTRA_TAGS = "EXTRA_TAGS", Map, "", Active;
     /// Stats flush period (must be > 0).
-    ENV_STATS_FLUSH_INTERVAL = "STATS_FLUSH_INTERVAL", Duration, "10s", Accepted;
+    ENV_STATS_FLUSH_INTERVAL = "STATS_FLUSH_INTERVAL", Duration, "10s", Active;
     /// Discard all stats.
-    ENV_DISABLE_STATS = "DISABLE_STATS", Bool, "false", Accepted;
+    ENV_DISABLE_STATS = "DISABLE_STATS", Bool, "false", Active;
     /// Prometheus sink (requires `USE_STATSD=false`).
-    ENV_USE_PROMETHEUS = "USE_PROMETHEUS", Bool, "false", Accepted;
+    ENV_USE_PROMETHEUS = "USE_PROMETHEUS", Bool, "false", Active;
     /// Prometheus listen address.
-    ENV_PROMETHEUS_ADDR = "PROMETHEUS_ADDR", String, ":9090", Accepted;
+    ENV_PROMETHEUS_ADDR = "PROMETHEUS_ADDR", String, ":9090", Active;
     /// Prometheus scrape path.
-    ENV_PROMETHEUS_PATH = "PROMETHEUS_PATH", String, "/metrics", Accepted;
+    ENV_PROMETHEUS_PATH = "PROMETHEUS_PATH", String, "/metrics", Active;
     /// Path of a statsd_exporter mapping file replacing the default.
-    ENV_PROMETHEUS_MAPPER_YAML = "PROMETHEUS_MAPPER_YAML", String, "", Accepted;
+    ENV_PROMETHEUS_MAPPER_YAML = "PROMETHEUS_MAPPER_YAML", String, "", Active;
     /// Keep response time in ms in the default mapping.
-    ENV_PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS = "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", Bool, "false", Accepted;
+    ENV_PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS = "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", Bool, "false", Active;
     /// FILE provider root (runtime spec §11.2).
     ENV_RUNTIME_ROOT = "RUNTIME_ROOT", String, "/srv/runtime_data/current", Active;
     /// Subdirectory under the root.
@@ -202,27 +237,27 @@ vars! {
     /// True = reload on symlink swap of the root; false = watch the app directory.
     ENV_RUNTIME_WATCH_ROOT = "RUNTIME_WATCH_ROOT", Bool, "true", Active;
     /// Upper bound (exclusive) of random seconds added to key expiry.
-    ENV_EXPIRATION_JITTER_MAX_SECONDS = "EXPIRATION_JITTER_MAX_SECONDS", Int, "300", Accepted;
+    ENV_EXPIRATION_JITTER_MAX_SECONDS = "EXPIRATION_JITTER_MAX_SECONDS", Int, "300", Active;
     /// Size of the local over-limit cache; 0 = off.
-    ENV_LOCAL_CACHE_SIZE_IN_BYTES = "LOCAL_CACHE_SIZE_IN_BYTES", Int, "0", Accepted;
+    ENV_LOCAL_CACHE_SIZE_IN_BYTES = "LOCAL_CACHE_SIZE_IN_BYTES", Int, "0", Active;
     /// Near-limit threshold ratio (runtime spec §4.4).
-    ENV_NEAR_LIMIT_RATIO = "NEAR_LIMIT_RATIO", Float, "0.8", Accepted;
+    ENV_NEAR_LIMIT_RATIO = "NEAR_LIMIT_RATIO", Float, "0.8", Active;
     /// Prefix of every backend key.
-    ENV_CACHE_KEY_PREFIX = "CACHE_KEY_PREFIX", String, "", Accepted;
+    ENV_CACHE_KEY_PREFIX = "CACHE_KEY_PREFIX", String, "", Active;
     /// `redis` (or empty) / `memcache`.
-    ENV_BACKEND_TYPE = "BACKEND_TYPE", String, "redis", Accepted;
+    ENV_BACKEND_TYPE = "BACKEND_TYPE", String, "redis", Active;
     /// Runtime spec §5.3 (Redis only).
-    ENV_STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", Bool, "false", Accepted;
+    ENV_STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", Bool, "false", Active;
     /// Add rate-limit headers (runtime spec §9).
-    ENV_LIMIT_RESPONSE_HEADERS_ENABLED = "LIMIT_RESPONSE_HEADERS_ENABLED", Bool, "false", Accepted;
+    ENV_LIMIT_RESPONSE_HEADERS_ENABLED = "LIMIT_RESPONSE_HEADERS_ENABLED", Bool, "false", Active;
     /// Header name for the limit.
-    ENV_LIMIT_LIMIT_HEADER = "LIMIT_LIMIT_HEADER", String, "RateLimit-Limit", Accepted;
+    ENV_LIMIT_LIMIT_HEADER = "LIMIT_LIMIT_HEADER", String, "RateLimit-Limit", Active;
     /// Header name for the remaining count.
-    ENV_LIMIT_REMAINING_HEADER = "LIMIT_REMAINING_HEADER", String, "RateLimit-Remaining", Accepted;
+    ENV_LIMIT_REMAINING_HEADER = "LIMIT_REMAINING_HEADER", String, "RateLimit-Remaining", Active;
     /// Header name for seconds until reset.
-    ENV_LIMIT_RESET_HEADER = "LIMIT_RESET_HEADER", String, "RateLimit-Reset", Accepted;
+    ENV_LIMIT_RESET_HEADER = "LIMIT_RESET_HEADER", String, "RateLimit-Reset", Active;
     /// Add the `config` health component (runtime spec §8).
-    ENV_HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED = "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", Bool, "false", Accepted;
+    ENV_HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED = "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", Bool, "false", Active;
     /// Network for `REDIS_URL` (`unix`/`tcp`).
     ENV_REDIS_SOCKET_TYPE = "REDIS_SOCKET_TYPE", String, "unix", Accepted;
     /// `single`/`cluster`/`sentinel` (case-insensitive).
@@ -308,11 +343,11 @@ vars! {
     /// Verify chain but not host name.
     ENV_MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION = "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", Bool, "false", Accepted;
     /// Global shadow mode (runtime spec §12.1).
-    ENV_SHADOW_MODE = "SHADOW_MODE", Bool, "false", Accepted;
+    ENV_SHADOW_MODE = "SHADOW_MODE", Bool, "false", Active;
     /// Global quota mode (runtime spec §12.2).
-    ENV_QUOTA_MODE = "QUOTA_MODE", Bool, "false", Accepted;
+    ENV_QUOTA_MODE = "QUOTA_MODE", Bool, "false", Active;
     /// Fill `dynamic_metadata` (runtime spec §3.7).
-    ENV_RESPONSE_DYNAMIC_METADATA = "RESPONSE_DYNAMIC_METADATA", Bool, "false", Accepted;
+    ENV_RESPONSE_DYNAMIC_METADATA = "RESPONSE_DYNAMIC_METADATA", Bool, "false", Active;
     /// Allow several files for one domain (config document).
     ENV_MERGE_DOMAIN_CONFIG = "MERGE_DOMAIN_CONFIG", Bool, "false", Active;
     /// OpenTelemetry tracing.
@@ -368,7 +403,7 @@ mod tests {
     }
 
     #[test]
-    fn only_the_config_and_log_variables_are_active() {
+    fn active_variables_are_the_ones_acted_on() {
         let active: Vec<&str> = VARS
             .iter()
             .filter(|v| v.support == Support::Active)
@@ -377,14 +412,56 @@ mod tests {
         assert_eq!(
             active,
             [
+                ENV_HOST,
+                ENV_PORT,
+                ENV_DEBUG_HOST,
+                ENV_DEBUG_PORT,
+                ENV_GRPC_UDS,
+                ENV_GRPC_HOST,
+                ENV_GRPC_PORT,
+                ENV_GRPC_MAX_CONNECTION_AGE,
+                ENV_GRPC_MAX_CONNECTION_AGE_GRACE,
+                ENV_GRPC_SERVER_USE_TLS,
+                ENV_GRPC_SERVER_TLS_CERT,
+                ENV_GRPC_SERVER_TLS_KEY,
+                ENV_GRPC_CLIENT_TLS_CACERT,
+                ENV_GRPC_CLIENT_TLS_SAN,
                 ENV_LOG_LEVEL,
                 ENV_LOG_FORMAT,
                 ENV_CONFIG_TYPE,
+                ENV_FORCE_START_WITHOUT_INITIAL_CONFIG,
+                ENV_USE_DOG_STATSD,
+                ENV_USE_DOG_STATSD_MOGRIFIERS,
+                ENV_USE_STATSD,
+                ENV_STATSD_HOST,
+                ENV_STATSD_PORT,
+                ENV_EXTRA_TAGS,
+                ENV_STATS_FLUSH_INTERVAL,
+                ENV_DISABLE_STATS,
+                ENV_USE_PROMETHEUS,
+                ENV_PROMETHEUS_ADDR,
+                ENV_PROMETHEUS_PATH,
+                ENV_PROMETHEUS_MAPPER_YAML,
+                ENV_PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS,
                 ENV_RUNTIME_ROOT,
                 ENV_RUNTIME_SUBDIRECTORY,
                 ENV_RUNTIME_APPDIRECTORY,
                 ENV_RUNTIME_IGNOREDOTFILES,
                 ENV_RUNTIME_WATCH_ROOT,
+                ENV_EXPIRATION_JITTER_MAX_SECONDS,
+                ENV_LOCAL_CACHE_SIZE_IN_BYTES,
+                ENV_NEAR_LIMIT_RATIO,
+                ENV_CACHE_KEY_PREFIX,
+                ENV_BACKEND_TYPE,
+                ENV_STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT,
+                ENV_LIMIT_RESPONSE_HEADERS_ENABLED,
+                ENV_LIMIT_LIMIT_HEADER,
+                ENV_LIMIT_REMAINING_HEADER,
+                ENV_LIMIT_RESET_HEADER,
+                ENV_HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED,
+                ENV_SHADOW_MODE,
+                ENV_QUOTA_MODE,
+                ENV_RESPONSE_DYNAMIC_METADATA,
                 ENV_MERGE_DOMAIN_CONFIG,
             ]
         );

@@ -1,4 +1,90 @@
-//! Counter stores. For now: the byte-exact cache-key format shared with the
-//! original, which every store that keeps fixed windows uses.
+//! Counter stores: where the state of the limits lives.
+//!
+//! A [`Store`] applies a batch of fixed-window increments (the counters of
+//! one request) and returns each counter's value after the increment. The
+//! decision itself is pure arithmetic in [`crate::limiter`]; the store's job
+//! is to make the read-modify-write atomic. Resilience (timeouts, breaker,
+//! fallback) wraps a `Store` as a decorator and never the other way round.
+//!
+//! - [`memory`]: the embedded default, in-process;
+//! - [`key`]: the byte-exact cache-key format shared with the original.
 
 pub mod key;
+pub mod memory;
+
+use async_trait::async_trait;
+
+use crate::limiter::fixed_window::Window;
+
+pub use memory::MemoryStore;
+
+/// One counter increment of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Increment {
+    /// The cache key (see [`key::fixed_window_key`]).
+    pub key: String,
+    /// What to add (0 reads the counter without consuming).
+    pub hits: u64,
+    /// The window the key counts; the counter expires when it ends.
+    pub window: Window,
+    /// Seconds a store with server-side expiry keeps the key: the window
+    /// length plus the configured jitter (the original's EXPIRE argument).
+    pub ttl_seconds: u64,
+    /// The limit, used only by [`IncrementPolicy::OnlyIfNoneWouldExceed`].
+    pub limit: u64,
+}
+
+/// How a batch is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IncrementPolicy {
+    /// Every counter gets its hits (the original's default).
+    #[default]
+    Always,
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: if any counter would go
+    /// over its limit, only the counters that would go over are incremented;
+    /// otherwise all are. Decided and applied atomically over the batch
+    /// (the original reads, then writes, in two round trips).
+    OnlyIfNoneWouldExceed,
+}
+
+/// Why a store could not answer. Being over a limit is never an error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct StoreError {
+    /// What kind of failure.
+    pub kind: StoreErrorKind,
+    /// The underlying error text; the original returns it to the caller.
+    pub message: String,
+}
+
+/// Classes of store failure, for the resilience layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreErrorKind {
+    /// Connection refused, reset, or the store is down: retrying later may work.
+    Unavailable,
+    /// No answer in time.
+    Timeout,
+    /// The store answered with an error (e.g. `WRONGTYPE`).
+    Rejected,
+}
+
+impl StoreError {
+    /// Whether a later retry may succeed.
+    pub fn is_transient(&self) -> bool {
+        !matches!(self.kind, StoreErrorKind::Rejected)
+    }
+}
+
+/// A counter store.
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// Applies `batch` per `policy` and returns, in batch order, each
+    /// counter's value after the increment. Each counter's read-modify-write
+    /// is atomic (no lost updates under any concurrency); with
+    /// [`IncrementPolicy::OnlyIfNoneWouldExceed`] the whole batch is.
+    async fn increment(
+        &self,
+        batch: &[Increment],
+        policy: IncrementPolicy,
+    ) -> Result<Vec<u64>, StoreError>;
+}

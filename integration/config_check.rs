@@ -1,0 +1,109 @@
+//! `ratelimit_config_check` against real directories: the original's stdout
+//! lines byte for byte, exit codes, and our extras on stderr.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ratelimit_config_check"))
+        .args(args)
+        .output()
+        .expect("checker runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn write(dir: &Path, name: &str, text: &str) {
+    std::fs::write(dir.join(name), text).expect("write fixture");
+}
+
+const GOOD: &str =
+    "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+
+#[test]
+fn good_directory_prints_ok_and_exits_0() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().to_str().expect("utf-8 path");
+    write(
+        dir.path(),
+        "b.yaml",
+        &GOOD.replace("domain: a", "domain: b"),
+    );
+    write(dir.path(), "a.yaml", GOOD);
+    let o = run(&["-config_dir", d]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(
+        stdout(&o),
+        format!(
+            "checking rate limit configs...\nloading config directory: {d}\nopening config file: {d}/a.yaml\nopening config file: {d}/b.yaml\nall rate limit configs ok\n"
+        )
+    );
+}
+
+#[test]
+fn load_error_prints_the_original_line_and_exits_1() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().to_str().expect("utf-8 path");
+    write(dir.path(), "a.yaml", GOOD);
+    write(dir.path(), "b.yaml", &GOOD.replace("key: k", "key: k2"));
+    let o = run(&[&format!("-config_dir={d}")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).ends_with(&format!(
+        "error loading rate limit configs: {d}/b.yaml: duplicate domain 'a' in config file\n"
+    )));
+    // With merging the same files are fine.
+    let o = run(&["-config_dir", d, "-merge_domain_configs"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+}
+
+#[test]
+fn syntax_error_is_a_friendly_line_not_a_panic_with_line_and_hint_on_stderr() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().to_str().expect("utf-8 path");
+    write(
+        dir.path(),
+        "a.yaml",
+        "domain: a\ndescriptors:\n  - key: k\n    ratelimit: {}\n",
+    );
+    let o = run(&["--config_dir", d]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stdout(&o),
+        format!(
+            "checking rate limit configs...\nloading config directory: {d}\nopening config file: {d}/a.yaml\nerror loading rate limit configs: {d}/a.yaml: config error, unknown key 'ratelimit'\n"
+        )
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&format!("{d}/a.yaml:4")), "{err}");
+    assert!(err.contains("did you mean 'rate_limit'?"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn missing_directory_and_subdirectory_fail_like_the_original() {
+    let o = run(&["-config_dir", "/nonexistent/ratelimit-config"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).ends_with("error opening directory /nonexistent/ratelimit-config: open /nonexistent/ratelimit-config: no such file or directory\n"));
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().to_str().expect("utf-8 path");
+    std::fs::create_dir(dir.path().join("sub")).expect("mkdir");
+    let o = run(&["-config_dir", d]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).ends_with(&format!(
+        "error reading file {d}/sub: read {d}/sub: is a directory\n"
+    )));
+}
+
+#[test]
+fn unknown_flag_exits_2_with_go_usage() {
+    let o = run(&["-nope"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.starts_with("flag provided but not defined: -nope\nUsage of ratelimit_config_check:\n"),
+        "{err}"
+    );
+}

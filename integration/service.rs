@@ -1,0 +1,913 @@
+//! runtime.md §14.1 (service-level cases SV-1 … SV-25) and §14.6 (HTTP
+//! endpoint cases H-1 … H-4) against the real binary on the memory store,
+//! plus the bad-input cases of the service issue.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+use tonic::Code as GrpcCode;
+
+const OK: i32 = 1;
+const OVER: i32 = 2;
+const SECOND: i32 = 1;
+const MINUTE: i32 = 2;
+const HOUR: i32 = 3;
+
+const RULES: &str = "
+domain: test
+descriptors:
+  - key: foo
+    value: bar
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: baz
+    value: qux
+    rate_limit: {unlimited: true}
+  - key: a
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: b
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: shadow1
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: shadow2
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: normal
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: q1
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: q2
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: regular
+    value: limit
+    metadata: {name: service_1}
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: quota
+    value: limit
+    metadata: {name: service_2}
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: other
+    value: limit
+    metadata: {some_other_name: service_2}
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: same
+    value: limit
+    metadata: {name: service_3}
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: key
+    value: value
+    rate_limit: {unit: second, requests_per_unit: 10}
+";
+
+fn start(env: &[(&str, &str)]) -> Service {
+    Service::start(&[("rules.yaml", RULES)], env)
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+}
+
+async fn hit(
+    svc: &Service,
+    d: Vec<envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor>,
+    times: usize,
+) {
+    let mut c = svc.client().await;
+    for _ in 0..times {
+        call(&mut c, request("test", d.clone()))
+            .await
+            .expect("call");
+    }
+}
+
+#[tokio::test]
+async fn sv01_sv02_empty_domain_and_descriptors() {
+    let svc = start(&[]);
+    let mut c = svc.client().await;
+    let e = call(&mut c, request("", vec![desc(&[("hello", "world")])]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.code(), e.message()),
+        (GrpcCode::Unknown, "rate limit domain must not be empty")
+    );
+    let e = call(&mut c, request("test", vec![])).await.unwrap_err();
+    assert_eq!(
+        (e.code(), e.message()),
+        (
+            GrpcCode::Unknown,
+            "rate limit descriptor list must not be empty"
+        )
+    );
+    // Domain is checked first.
+    let e = call(&mut c, request("", vec![])).await.unwrap_err();
+    assert_eq!(e.message(), "rate limit domain must not be empty");
+    assert_eq!(
+        svc.stat("ratelimit.service.call.should_rate_limit.service_error"),
+        3
+    );
+    let r = svc.http(
+        "POST",
+        "/json",
+        br#"{"domain":"","descriptors":[{"entries":[{"key":"a","value":"b"}]}]}"#,
+    );
+    assert_eq!((r.status, r.body.as_str()), (400, "Bad Request\n"));
+}
+
+#[tokio::test]
+async fn sv03_no_configuration_loaded() {
+    // Force start with a broken file: no configuration ever loads.
+    let mut svc = Service::start(
+        &[("bad.yaml", "domain: [")],
+        &[("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")],
+    );
+    let mut c = svc.client().await;
+    let e = call(&mut c, request("test", vec![desc(&[("hello", "world")])]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.code(), e.message()),
+        (GrpcCode::Unknown, "no rate limit configuration loaded")
+    );
+    assert_eq!(
+        svc.stat("ratelimit.service.call.should_rate_limit.service_error"),
+        1
+    );
+    assert_eq!(svc.stat("ratelimit.service.config_load_error"), 1);
+    assert_eq!(svc.debug("/rlconfig").body, "");
+    // Without force start, a failed first load does not stop start-up either.
+    drop(svc.client().await);
+    svc.signal("TERM");
+    assert_eq!(svc.wait_exit(Duration::from_secs(20)), Some(0));
+    let svc = Service::start(&[("bad.yaml", "domain: [")], &[]);
+    let mut c = svc.client().await;
+    let e = call(&mut c, request("test", vec![desc(&[("hello", "world")])]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.message(), "no rate limit configuration loaded");
+}
+
+#[tokio::test]
+async fn sv04_sv05_unknown_domain_and_no_rule() {
+    let svc = start(&[]);
+    let mut c = svc.client().await;
+    let r = call(&mut c, request("foo", vec![desc(&[("hello", "world")])]))
+        .await
+        .expect("ok");
+    assert_eq!(r.overall_code, OK);
+    assert_eq!(r.statuses.len(), 1);
+    assert_eq!(r.statuses[0].code, OK);
+    assert!(r.statuses[0].current_limit.is_none());
+    assert_eq!(
+        svc.stat("ratelimit.service.rate_limit.foo.domain_not_found"),
+        1
+    );
+    let r = call(&mut c, request("test", vec![desc(&[("nokey", "x")])]))
+        .await
+        .expect("ok");
+    assert_eq!(r.overall_code, OK);
+    let s = &r.statuses[0];
+    assert_eq!((s.code, s.limit_remaining), (OK, 0));
+    assert!(s.current_limit.is_none() && s.duration_until_reset.is_none());
+}
+
+#[tokio::test]
+async fn sv06_limited_unmatched_and_unlimited() {
+    wait_for_fresh_window(60, 5);
+    let svc = start(&[]);
+    let mut c = svc.client().await;
+    let r = call(
+        &mut c,
+        request(
+            "test",
+            vec![
+                desc(&[("foo", "bar")]),
+                desc(&[("hello", "world")]),
+                desc(&[("baz", "qux")]),
+            ],
+        ),
+    )
+    .await
+    .expect("ok");
+    assert_eq!(r.overall_code, OK);
+    let s = &r.statuses;
+    let limit = s[0].current_limit.as_ref().expect("limit");
+    assert_eq!(
+        (
+            s[0].code,
+            limit.requests_per_unit,
+            limit.unit,
+            s[0].limit_remaining
+        ),
+        (OK, 10, MINUTE, 9)
+    );
+    let dur = s[0].duration_until_reset.expect("dur").seconds;
+    assert!((1..=60).contains(&dur), "{dur}");
+    assert_eq!((s[1].code, s[1].limit_remaining), (OK, 0));
+    assert_eq!((s[2].code, s[2].limit_remaining), (OK, u32::MAX));
+    assert!(s[2].current_limit.is_none() && s[2].duration_until_reset.is_none());
+    assert_eq!(
+        svc.stat("ratelimit.service.rate_limit.test.foo_bar.total_hits"),
+        1
+    );
+    assert_eq!(
+        svc.stat("ratelimit.service.rate_limit.test.baz_qux.total_hits"),
+        0
+    );
+}
+
+async fn sv07_like(env: &[(&str, &str)], names: [&str; 3]) {
+    wait_for_fresh_window(60, 5);
+    let svc = start(env);
+    hit(&svc, vec![desc(&[("foo", "bar")])], 10).await;
+    let mut c = svc.client().await;
+    let before = now_secs();
+    let r = call(
+        &mut c,
+        request(
+            "test",
+            vec![desc(&[("foo", "bar")]), desc(&[("hello", "world")])],
+        ),
+    )
+    .await
+    .expect("ok");
+    let after = now_secs();
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(
+        (r.statuses[0].code, r.statuses[0].limit_remaining),
+        (OVER, 0)
+    );
+    assert_eq!(r.statuses[1].code, OK);
+    let h: Vec<(String, String)> = r
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.clone(), h.value.clone()))
+        .collect();
+    assert_eq!(h.len(), 3);
+    assert_eq!((h[0].0.as_str(), h[0].1.as_str()), (names[0], "10"));
+    assert_eq!((h[1].0.as_str(), h[1].1.as_str()), (names[1], "0"));
+    assert_eq!(h[2].0, names[2]);
+    let reset: u64 = h[2].1.parse().expect("number");
+    assert!(
+        reset == 60 - before % 60 || reset == 60 - after % 60,
+        "reset {reset}"
+    );
+}
+
+#[tokio::test]
+async fn sv07_headers_default_names() {
+    sv07_like(
+        &[("LIMIT_RESPONSE_HEADERS_ENABLED", "true")],
+        ["RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn sv08_headers_custom_names() {
+    sv07_like(
+        &[
+            ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+            ("LIMIT_LIMIT_HEADER", "A-Ratelimit-Limit"),
+            ("LIMIT_REMAINING_HEADER", "A-Ratelimit-Remaining"),
+            ("LIMIT_RESET_HEADER", "A-Ratelimit-Reset"),
+        ],
+        [
+            "A-Ratelimit-Limit",
+            "A-Ratelimit-Remaining",
+            "A-Ratelimit-Reset",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn sv09_headers_pick_smallest_remaining_ties_earlier() {
+    let svc = start(&[("LIMIT_RESPONSE_HEADERS_ENABLED", "true")]);
+    // A (10/h) seeded to 6, B (5/h) seeded to 1: both end with remaining 3.
+    hit(&svc, vec![desc(&[("a", "x")])], 6).await;
+    hit(&svc, vec![desc(&[("b", "x")])], 1).await;
+    let mut c = svc.client().await;
+    let r = call(
+        &mut c,
+        request("test", vec![desc(&[("a", "x")]), desc(&[("b", "x")])]),
+    )
+    .await
+    .expect("ok");
+    assert_eq!(r.overall_code, OK);
+    let h: Vec<&str> = r
+        .response_headers_to_add
+        .iter()
+        .map(|h| h.value.as_str())
+        .collect();
+    assert_eq!(&h[..2], &["10", "3"]);
+    // Fresh service: A seeded 6, B seeded 2 → remaining 3 vs 2 → B.
+    let svc = start(&[("LIMIT_RESPONSE_HEADERS_ENABLED", "true")]);
+    hit(&svc, vec![desc(&[("a", "x")])], 6).await;
+    hit(&svc, vec![desc(&[("b", "x")])], 2).await;
+    let mut c = svc.client().await;
+    let r = call(
+        &mut c,
+        request("test", vec![desc(&[("a", "x")]), desc(&[("b", "x")])]),
+    )
+    .await
+    .expect("ok");
+    let h: Vec<&str> = r
+        .response_headers_to_add
+        .iter()
+        .map(|h| h.value.as_str())
+        .collect();
+    assert_eq!(&h[..2], &["5", "2"]);
+}
+
+#[tokio::test]
+async fn sv10_global_shadow_mode() {
+    let svc = start(&[("SHADOW_MODE", "true")]);
+    hit(&svc, vec![desc(&[("a", "x")])], 10).await;
+    let mut c = svc.client().await;
+    let r = call(
+        &mut c,
+        request(
+            "test",
+            vec![desc(&[("a", "x")]), desc(&[("hello", "world")])],
+        ),
+    )
+    .await
+    .expect("ok");
+    assert_eq!(r.overall_code, OK);
+    assert_eq!(r.statuses[0].code, OVER);
+    assert_eq!(r.statuses[1].code, OK);
+    assert_eq!(svc.stat("ratelimit.service.global_shadow_mode"), 1);
+}
+
+#[tokio::test]
+async fn sv11_sv12_rule_shadow_mode() {
+    let svc = start(&[]);
+    hit(
+        &svc,
+        vec![
+            desc(&[("shadow1", "x")]),
+            desc(&[("shadow2", "x")]),
+            desc(&[("normal", "x")]),
+        ],
+        2,
+    )
+    .await;
+    let mut c = svc.client().await;
+    let r = call(
+        &mut c,
+        request(
+            "test",
+            vec![desc(&[("shadow1", "x")]), desc(&[("shadow2", "x")])],
+        ),
+    )
+    .await
+    .expect("ok");
+    assert_eq!(r.overall_code, OK);
+    for s in &r.statuses {
+        assert_eq!((s.code, s.limit_remaining), (OK, 0));
+        assert!(s.current_limit.is_some());
+    }
+    for k in ["shadow1", "shadow2"] {
+        assert_eq!(
+            svc.stat(&format!(
+                "ratelimit.service.rate_limit.test.{k}.shadow_mode"
+            )),
+            1
+        );
+        assert_eq!(
+            svc.stat(&format!("ratelimit.service.rate_limit.test.{k}.over_limit")),
+            1
+        );
+    }
+    assert_eq!(svc.stat("ratelimit.service.global_shadow_mode"), 0);
+    let r = call(
+        &mut c,
+        request(
+            "test",
+            vec![desc(&[("shadow1", "x")]), desc(&[("normal", "x")])],
+        ),
+    )
+    .await
+    .expect("ok");
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!((r.statuses[0].code, r.statuses[1].code), (OK, OVER));
+}
+
+#[tokio::test]
+async fn sv13_global_quota_mode_all_over() {
+    let svc = start(&[("QUOTA_MODE", "true")]);
+    hit(&svc, vec![desc(&[("a", "x")])], 10).await;
+    hit(&svc, vec![desc(&[("b", "x")])], 5).await;
+    let mut c = svc.client().await;
+    let r = call(
+        &mut c,
+        request("test", vec![desc(&[("a", "x")]), desc(&[("b", "x")])]),
+    )
+    .await
+    .expect("ok");
+    assert_eq!(r.overall_code, OVER);
+}
+
+#[tokio::test]
+async fn sv14_to_sv18_quota_mode_per_rule() {
+    let svc = start(&[]);
+    let mut c = svc.client().await;
+    // SV-16: normal OK, quota OK → OK.
+    let r = call(
+        &mut c,
+        request(
+            "test",
+            vec![desc(&[("normal", "s16")]), desc(&[("q1", "s16")])],
+        ),
+    )
+    .await
+    .expect("ok");
+    assert_eq!(r.overall_code, OK);
+    // SV-14: normal over, quota not → OVER.
+    hit(&svc, vec![desc(&[("normal", "s14")])], 2).await;
+    let r = call(
+        &mut c,
+        request(
+            "test",
+            vec![desc(&[("normal", "s14")]), desc(&[("q1", "s14")])],
+        ),
+    )
+    .await
+    .expect("ok");
+    assert_eq!(r.overall_code, OVER);
+    // SV-15: normal OK, the only quota descriptor over → OVER, status stays OVER.
+    hit(&svc, vec![desc(&[("q1", "s15")])], 2).await;
+    let r = call(
+        &mut c,
+        request(
+            "test",
+            vec![desc(&[("normal", "s15")]), desc(&[("q1", "s15")])],
+        ),
+    )
+    .await
+    .expect("ok");
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(r.statuses[1].code, OVER);
+    // SV-17: two quota rules, only one over → OK with statuses [OVER, OK].
+    hit(&svc, vec![desc(&[("q1", "s17")])], 2).await;
+    let r = call(
+        &mut c,
+        request("test", vec![desc(&[("q1", "s17")]), desc(&[("q2", "s17")])]),
+    )
+    .await
+    .expect("ok");
+    assert_eq!(r.overall_code, OK);
+    assert_eq!((r.statuses[0].code, r.statuses[1].code), (OVER, OK));
+    // Both over → OVER.
+    hit(
+        &svc,
+        vec![desc(&[("q1", "both")]), desc(&[("q2", "both")])],
+        3,
+    )
+    .await;
+    let r = call(
+        &mut c,
+        request(
+            "test",
+            vec![desc(&[("q1", "both")]), desc(&[("q2", "both")])],
+        ),
+    )
+    .await
+    .expect("ok");
+    assert_eq!(r.overall_code, OVER);
+    // SV-18: both quota over with global shadow mode → OK, counter +1.
+    let svc = start(&[("SHADOW_MODE", "true")]);
+    hit(&svc, vec![desc(&[("q1", "x")]), desc(&[("q2", "x")])], 3).await;
+    let mut c = svc.client().await;
+    let r = call(
+        &mut c,
+        request("test", vec![desc(&[("q1", "x")]), desc(&[("q2", "x")])]),
+    )
+    .await
+    .expect("ok");
+    assert_eq!(r.overall_code, OK);
+    assert_eq!(svc.stat("ratelimit.service.global_shadow_mode"), 1);
+}
+
+fn metadata_field<'a>(
+    s: &'a envoy_types::pb::google::protobuf::Struct,
+    k: &str,
+) -> Option<&'a envoy_types::pb::google::protobuf::value::Kind> {
+    s.fields.get(k).and_then(|v| v.kind.as_ref())
+}
+
+#[tokio::test]
+async fn sv19_to_sv21_dynamic_metadata() {
+    use envoy_types::pb::google::protobuf::value::Kind;
+    let svc = start(&[
+        ("QUOTA_MODE", "true"),
+        ("RESPONSE_DYNAMIC_METADATA", "true"),
+    ]);
+    hit(&svc, vec![desc(&[("quota", "limit")])], 5).await;
+    let mut c = svc.client().await;
+    let r = call(
+        &mut c,
+        request(
+            "test",
+            vec![desc(&[("regular", "limit")]), desc(&[("quota", "limit")])],
+        ),
+    )
+    .await
+    .expect("ok");
+    assert_eq!(r.overall_code, OK);
+    let md = r.dynamic_metadata.expect("metadata");
+    assert!(matches!(metadata_field(&md, "domain"), Some(Kind::StringValue(d)) if d == "test"));
+    let Some(Kind::StructValue(m)) = metadata_field(&md, "metadata") else {
+        panic!("metadata struct")
+    };
+    assert!(matches!(metadata_field(m, "name"), Some(Kind::StringValue(n)) if n == "service_1"));
+    let Some(Kind::ListValue(ds)) = metadata_field(&md, "descriptors") else {
+        panic!("descriptors")
+    };
+    let entries: Vec<String> = ds
+        .values
+        .iter()
+        .filter_map(|v| match &v.kind {
+            Some(Kind::StructValue(s)) => match metadata_field(s, "entries") {
+                Some(Kind::ListValue(l)) => l.values.first().and_then(|e| match &e.kind {
+                    Some(Kind::StringValue(s)) => Some(s.clone()),
+                    _ => None,
+                }),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(entries, ["regular=limit", "quota=limit"]);
+    // SV-20: both OK, distinct keys merge.
+    let r = call(
+        &mut c,
+        request(
+            "test",
+            vec![desc(&[("regular", "limit")]), desc(&[("other", "limit")])],
+        ),
+    )
+    .await
+    .expect("ok");
+    let md = r.dynamic_metadata.expect("metadata");
+    let Some(Kind::StructValue(m)) = metadata_field(&md, "metadata") else {
+        panic!("metadata struct")
+    };
+    assert_eq!(m.fields.len(), 2);
+    // SV-21: same key, first wins.
+    let r = call(
+        &mut c,
+        request(
+            "test",
+            vec![desc(&[("regular", "limit")]), desc(&[("same", "limit")])],
+        ),
+    )
+    .await
+    .expect("ok");
+    let md = r.dynamic_metadata.expect("metadata");
+    let Some(Kind::StructValue(m)) = metadata_field(&md, "metadata") else {
+        panic!("metadata struct")
+    };
+    assert!(matches!(metadata_field(m, "name"), Some(Kind::StringValue(n)) if n == "service_1"));
+}
+
+#[tokio::test]
+async fn sv22_limit_override() {
+    wait_for_fresh_window(1, 0);
+    let svc = start(&[]);
+    let mut c = svc.client().await;
+    let mut last = None;
+    for _ in 0..4 {
+        last = Some(
+            call(
+                &mut c,
+                request("test", vec![desc_override(&[("key", "value")], 3, SECOND)]),
+            )
+            .await
+            .expect("ok"),
+        );
+    }
+    let r = last.expect("four calls");
+    let l = r.statuses[0].current_limit.as_ref().expect("limit");
+    assert_eq!(
+        (l.requests_per_unit, l.unit, l.name.as_str()),
+        (3, SECOND, "")
+    );
+    // Four calls within one second (retry the check once if a second boundary split them).
+    if r.statuses[0].code != OVER {
+        let mut last = None;
+        for _ in 0..4 {
+            last = Some(
+                call(
+                    &mut c,
+                    request("test", vec![desc_override(&[("key", "value")], 3, SECOND)]),
+                )
+                .await
+                .expect("ok"),
+            );
+        }
+        assert_eq!(last.expect("calls").statuses[0].code, OVER);
+    }
+    assert!(svc.stat("ratelimit.service.rate_limit.test.key_value.total_hits") >= 4);
+}
+
+#[tokio::test]
+async fn sv23_sv24_zero_hits_checks_without_consuming() {
+    let svc = start(&[]);
+    hit(&svc, vec![desc(&[("a", "z")])], 11).await;
+    hit(&svc, vec![desc(&[("a", "three")])], 3).await;
+    let mut c = svc.client().await;
+    let r = call(&mut c, request("test", vec![desc_hits(&[("a", "z")], 0)]))
+        .await
+        .expect("ok");
+    assert_eq!(
+        (r.statuses[0].code, r.statuses[0].limit_remaining),
+        (OVER, 0)
+    );
+    let r = call(
+        &mut c,
+        request("test", vec![desc_hits(&[("a", "three")], 0)]),
+    )
+    .await
+    .expect("ok");
+    assert_eq!((r.statuses[0].code, r.statuses[0].limit_remaining), (OK, 7));
+    let r = call(
+        &mut c,
+        request("test", vec![desc_hits(&[("a", "three")], 0)]),
+    )
+    .await
+    .expect("ok");
+    assert_eq!(r.statuses[0].limit_remaining, 7, "counter not consumed");
+}
+
+#[tokio::test]
+async fn sv25_request_hits_zero_means_one() {
+    let svc = start(&[]);
+    let mut c = svc.client().await;
+    let r = call(&mut c, request("test", vec![desc(&[("a", "fresh")])]))
+        .await
+        .expect("ok");
+    assert_eq!(r.statuses[0].limit_remaining, 9);
+    let mut req = request("test", vec![desc(&[("a", "fresh")])]);
+    req.hits_addend = 3;
+    let r = call(&mut c, req).await.expect("ok");
+    assert_eq!(r.statuses[0].limit_remaining, 6);
+    let _ = HOUR;
+}
+
+#[tokio::test]
+async fn h1_json_endpoint() {
+    let svc = start(&[]);
+    let r = svc.http("POST", "/json", b"");
+    assert_eq!((r.status, r.body.as_str()), (400, "Bad Request\n"));
+    assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
+    let r = svc.http("POST", "/json", b"}");
+    assert_eq!((r.status, r.body.as_str()), (400, "Bad Request\n"));
+    let r = svc.http("POST", "/json", br#"{"domain":"test","descriptors":[{"entries":[{"key":"hello","value":"world"}]}],"bogus":1}"#);
+    assert_eq!(r.status, 400, "unknown fields are rejected");
+    let r = svc.http("POST", "/json", br#"{"domain":"test","descriptors":[]}"#);
+    assert_eq!((r.status, r.body.as_str()), (400, "Bad Request\n"));
+    let r = svc.http(
+        "POST",
+        "/json",
+        br#"{"domain":"nothing","descriptors":[{"entries":[{"key":"hello","value":"world"}]}]}"#,
+    );
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (200, r#"{"overallCode":"OK","statuses":[{"code":"OK"}]}"#)
+    );
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    for _ in 0..2 {
+        svc.http(
+            "POST",
+            "/json",
+            br#"{"domain":"test","descriptors":[{"entries":[{"key":"normal","value":"j"}]}]}"#,
+        );
+    }
+    let r = svc.http(
+        "GET",
+        "/json",
+        br#"{"domain":"test","descriptors":[{"entries":[{"key":"normal","value":"j"}]}]}"#,
+    );
+    assert_eq!(r.status, 429);
+    assert!(r.body.starts_with(r#"{"overallCode":"OVER_LIMIT","statuses":[{"code":"OVER_LIMIT","currentLimit":{"requestsPerUnit":2,"unit":"HOUR"},"durationUntilReset":""#), "{}", r.body);
+    let r = svc.http("GET", "/nope", b"");
+    assert_eq!((r.status, r.body.as_str()), (404, "404 page not found\n"));
+    let big = vec![b' '; 5 * 1024 * 1024];
+    assert_eq!(svc.http("POST", "/json", &big).status, 413);
+}
+
+#[tokio::test]
+async fn h2_h3_h4_health() {
+    use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+    let svc = start(&[("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true")]);
+    let r = svc.http("GET", "/healthcheck", b"");
+    assert_eq!((r.status, r.body.as_str()), (200, "OK"));
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", svc.grpc))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    let mut h = HealthClient::new(channel);
+    let status = |s: &str| HealthCheckRequest {
+        service: s.to_string(),
+    };
+    assert_eq!(
+        h.check(status("ratelimit"))
+            .await
+            .expect("check")
+            .into_inner()
+            .status,
+        1
+    );
+    assert_eq!(
+        h.check(status(""))
+            .await
+            .expect("check")
+            .into_inner()
+            .status,
+        1
+    );
+    assert_eq!(
+        h.check(status("other")).await.unwrap_err().code(),
+        GrpcCode::NotFound
+    );
+    // A load with zero domains makes it unhealthy again.
+    std::fs::remove_file(svc.config_dir().join("rules.yaml")).expect("remove");
+    assert!(svc.eventually(Duration::from_secs(10), || svc
+        .http("GET", "/healthcheck", b"")
+        .status
+        == 500));
+    assert_eq!(
+        h.check(status("ratelimit"))
+            .await
+            .expect("check")
+            .into_inner()
+            .status,
+        2
+    );
+    std::fs::write(svc.config_dir().join("rules.yaml"), RULES).expect("write");
+    assert!(svc.eventually(Duration::from_secs(10), || svc
+        .http("GET", "/healthcheck", b"")
+        .status
+        == 200));
+}
+
+#[tokio::test]
+async fn h4_sigterm_fails_health_during_drain_then_exits() {
+    let mut svc = start(&[("SHUTDOWN_DRAIN_DURATION", "2s")]);
+    assert_eq!(svc.http("GET", "/healthcheck", b"").status, 200);
+    svc.signal("TERM");
+    assert!(svc.eventually(Duration::from_secs(2), || svc
+        .http("GET", "/healthcheck", b"")
+        .status
+        == 500));
+    assert_eq!(svc.wait_exit(Duration::from_secs(20)), Some(0));
+}
+
+#[tokio::test]
+async fn reload_is_visible_in_rlconfig() {
+    let svc = start(&[]);
+    assert!(svc.debug("/rlconfig").body.contains(
+        "test.foo_bar: unit=MINUTE requests_per_unit=10, shadow_mode: false, quota_mode: false\n"
+    ));
+    std::fs::write(svc.config_dir().join("more.yaml"), "domain: more\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 7}\n").expect("write");
+    assert!(svc.eventually(Duration::from_secs(10), || svc
+        .debug("/rlconfig")
+        .body
+        .contains("more.k: unit=DAY requests_per_unit=7")));
+    // A broken edit keeps the last good config.
+    std::fs::write(
+        svc.config_dir().join("more.yaml"),
+        "domain: more\ndescriptors:\n  - key: k\n    ratelimit: {}\n",
+    )
+    .expect("write");
+    assert!(svc.eventually(Duration::from_secs(10), || svc
+        .stat("ratelimit.service.config_load_error")
+        >= 1));
+    assert!(svc
+        .debug("/rlconfig")
+        .body
+        .contains("more.k: unit=DAY requests_per_unit=7"));
+    assert_eq!(svc.debug("/").body, "/rlconfig: print out the currently loaded configuration for debugging\n/stats: print out stats\n");
+}
+
+#[tokio::test]
+async fn bad_input_never_panics() {
+    let svc = start(&[]);
+    let mut c = svc.client().await;
+    // Unknown or out-of-range override units.
+    for unit in [0, 8, -1, 1000] {
+        let e = call(
+            &mut c,
+            request("test", vec![desc_override(&[("a", "x")], 1, unit)]),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.code(), GrpcCode::InvalidArgument, "unit {unit}");
+    }
+    // 10,000 descriptors.
+    let many: Vec<_> = (0..10_000)
+        .map(|i| desc(&[("a", &format!("v{i}"))]))
+        .collect();
+    let r = call(&mut c, request("test", many)).await.expect("ok");
+    assert_eq!(r.statuses.len(), 10_000);
+    // 64 KB keys.
+    let key = "k".repeat(64 * 1024);
+    let r = call(&mut c, request("test", vec![desc(&[(&key, "v")])]))
+        .await
+        .expect("ok");
+    assert_eq!(r.overall_code, OK);
+    // Garbage on the HTTP port.
+    let mut s = std::net::TcpStream::connect(svc.http).expect("connect");
+    use std::io::{Read, Write};
+    s.write_all(b"\x00\x01\x02 garbage \r\n\r\n")
+        .expect("write");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    // The service is still up.
+    let r = call(&mut c, request("test", vec![desc(&[("a", "after")])]))
+        .await
+        .expect("still serving");
+    assert_eq!(r.overall_code, OK);
+}
+
+/// One raw gRPC call over h2: the `grpc-status` and `grpc-message`.
+async fn raw_grpc(addr: std::net::SocketAddr, framed: Vec<u8>) -> (Option<String>, Option<String>) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (client, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(conn);
+    let mut client = client.ready().await.expect("ready");
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(format!(
+            "http://{addr}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .expect("request");
+    let (resp, mut stream) = client.send_request(req, false).expect("send");
+    stream
+        .send_data(bytes::Bytes::from(framed), true)
+        .expect("data");
+    let resp = tokio::time::timeout(Duration::from_secs(10), resp)
+        .await
+        .expect("no stall")
+        .expect("response");
+    let (parts, mut body) = resp.into_parts();
+    let get =
+        |h: &http::HeaderMap, k: &str| h.get(k).and_then(|v| v.to_str().ok()).map(str::to_string);
+    if let Some(s) = get(&parts.headers, "grpc-status") {
+        return (Some(s), get(&parts.headers, "grpc-message"));
+    }
+    while let Some(chunk) = body.data().await {
+        let _ = chunk;
+    }
+    let trailers = tokio::time::timeout(Duration::from_secs(10), body.trailers())
+        .await
+        .expect("no stall")
+        .expect("trailers")
+        .unwrap_or_default();
+    (
+        get(&trailers, "grpc-status"),
+        get(&trailers, "grpc-message"),
+    )
+}
+
+fn frame(msg: &[u8], claimed_len: u32) -> Vec<u8> {
+    let mut f = vec![0u8];
+    f.extend_from_slice(&claimed_len.to_be_bytes());
+    f.extend_from_slice(msg);
+    f
+}
+
+#[tokio::test]
+async fn malformed_grpc_requests_are_invalid_argument() {
+    let svc = start(&[]);
+    // Field 1 (domain), length 2, bytes that are not UTF-8.
+    let bad_utf8 = [0x0a, 0x02, 0xff, 0xfe];
+    let (status, msg) = raw_grpc(svc.grpc, frame(&bad_utf8, 4)).await;
+    assert_eq!(status.as_deref(), Some("3"), "{msg:?}");
+    // A frame that announces 100 bytes and carries 4.
+    let (status, msg) = raw_grpc(svc.grpc, frame(&[0x0a, 0x02, b'a', b'b'], 100)).await;
+    assert_eq!(status.as_deref(), Some("3"), "{msg:?}");
+    // Garbage that is not protobuf at all.
+    let (status, _) = raw_grpc(svc.grpc, frame(&[0xff; 16], 16)).await;
+    assert_eq!(status.as_deref(), Some("3"));
+    // The server is fine afterwards.
+    let mut c = svc.client().await;
+    assert!(call(&mut c, request("test", vec![desc(&[("a", "x")])]))
+        .await
+        .is_ok());
+}

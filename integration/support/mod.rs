@@ -1,0 +1,284 @@
+//! Test support: the real `ratelimit` binary on free loopback ports, with a
+//! runtime directory of its own, and small gRPC and HTTP clients.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+    rate_limit_descriptor::{Entry, RateLimitOverride},
+    RateLimitDescriptor,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{
+    rate_limit_service_client::RateLimitServiceClient, RateLimitRequest, RateLimitResponse,
+};
+use envoy_types::pb::google::protobuf::UInt64Value;
+
+/// A running service. Killed (and its directory removed) on drop.
+pub struct Service {
+    child: Child,
+    pub dir: tempfile::TempDir,
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    pub debug: SocketAddr,
+    pub log: mpsc::Receiver<String>,
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Where config files go: `<runtime>/current/ratelimit/config`.
+pub fn config_dir(root: &Path) -> PathBuf {
+    root.join("current").join("ratelimit").join("config")
+}
+
+impl Service {
+    /// Starts the binary with `files` (name, YAML) in its config directory
+    /// and `env` on top of test defaults (memory store, ports 0, loopback).
+    pub fn start(files: &[(&str, &str)], env: &[(&str, &str)]) -> Service {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = config_dir(dir.path());
+        std::fs::create_dir_all(&cfg).expect("config dir");
+        for (name, text) in files {
+            std::fs::write(cfg.join(name), text).expect("config file");
+        }
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ratelimit"));
+        cmd.env_clear()
+            .env("BACKEND_TYPE", "memory")
+            .env("USE_STATSD", "false")
+            .env("RUNTIME_ROOT", dir.path().join("current"))
+            .env("RUNTIME_SUBDIRECTORY", "ratelimit")
+            .env("RUNTIME_WATCH_ROOT", "false")
+            .env("HOST", "127.0.0.1")
+            .env("PORT", "0")
+            .env("GRPC_HOST", "127.0.0.1")
+            .env("GRPC_PORT", "0")
+            .env("DEBUG_HOST", "127.0.0.1")
+            .env("DEBUG_PORT", "0")
+            .env("LOG_LEVEL", "info");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("ratelimit binary starts");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let (mut grpc, mut http, mut debug) = (None, None, None);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while grpc.is_none() || http.is_none() || debug.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = rx
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("service did not report its listeners in time"));
+            let addr = |what: &str| -> Option<SocketAddr> {
+                let marker = format!("Listening for {what} on '");
+                let start = line.find(&marker)? + marker.len();
+                let end = line[start..].find('\'')? + start;
+                line[start..end].parse().ok()
+            };
+            grpc = grpc.or_else(|| addr("gRPC"));
+            http = http.or_else(|| addr("HTTP"));
+            debug = debug.or_else(|| addr("debug"));
+        }
+        Service {
+            child,
+            dir,
+            grpc: grpc.expect("grpc"),
+            http: http.expect("http"),
+            debug: debug.expect("debug"),
+            log: rx,
+        }
+    }
+
+    /// The config directory of this service.
+    pub fn config_dir(&self) -> PathBuf {
+        config_dir(self.dir.path())
+    }
+
+    /// Sends a signal to the process.
+    pub fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status();
+    }
+
+    /// Waits for the process to exit; its exit code.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<i32> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// A gRPC client.
+    pub async fn client(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
+        RateLimitServiceClient::connect(format!("http://{}", self.grpc))
+            .await
+            .expect("grpc connect")
+    }
+
+    /// One HTTP/1.1 request to the main port.
+    pub fn http(&self, method: &str, path: &str, body: &[u8]) -> HttpResponse {
+        http(self.http, method, path, body)
+    }
+
+    /// One HTTP/1.1 request to the debug port.
+    pub fn debug(&self, path: &str) -> HttpResponse {
+        http(self.debug, "GET", path, b"")
+    }
+
+    /// The value of a statistic in `/stats` (0 when absent).
+    pub fn stat(&self, name: &str) -> u64 {
+        let body = self.debug("/stats").body;
+        body.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Polls `cond` every 50 ms for up to `within`.
+    pub fn eventually(&self, within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if cond() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cond()
+    }
+}
+
+/// A parsed HTTP response.
+#[derive(Debug)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl HttpResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A minimal HTTP/1.1 client (connection: close, body read to EOF).
+pub fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> HttpResponse {
+    let mut s = TcpStream::connect(addr).expect("http connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).expect("write head");
+    s.write_all(body).expect("write body");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read response");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    HttpResponse {
+        status,
+        headers,
+        body: body.to_string(),
+    }
+}
+
+/// A descriptor from `(key, value)` pairs.
+pub fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
+        ..RateLimitDescriptor::default()
+    }
+}
+
+/// A descriptor with a per-descriptor hits addend.
+pub fn desc_hits(entries: &[(&str, &str)], hits: u64) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        hits_addend: Some(UInt64Value { value: hits }),
+        ..desc(entries)
+    }
+}
+
+/// A descriptor with a limit override.
+pub fn desc_override(entries: &[(&str, &str)], rpu: u32, unit: i32) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        limit: Some(RateLimitOverride {
+            requests_per_unit: rpu,
+            unit,
+        }),
+        ..desc(entries)
+    }
+}
+
+/// A request.
+pub fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_string(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+/// Sends one request; the response or the gRPC status.
+pub async fn call(
+    client: &mut RateLimitServiceClient<tonic::transport::Channel>,
+    req: RateLimitRequest,
+) -> Result<RateLimitResponse, tonic::Status> {
+    client.should_rate_limit(req).await.map(|r| r.into_inner())
+}
+
+/// Waits until fewer than `margin` seconds remain to the next multiple of
+/// `unit` would be crossed, so a short scenario stays in one window.
+pub fn wait_for_fresh_window(unit: u64, margin: u64) {
+    loop {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_secs();
+        if unit - now % unit > margin {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

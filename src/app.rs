@@ -1,0 +1,430 @@
+//! Wiring and lifecycle: settings in, a running service out, until a
+//! shutdown signal (runtime.md §1.2–§1.4).
+//!
+//! Start-up order keeps the original's observable consequences: the store is
+//! created and the first configuration event (success or failure) is awaited
+//! (unless `FORCE_START_WITHOUT_INITIAL_CONFIG`) before any port listens.
+//!
+//! Shutdown fixes the original's hang (`[W22]`): SIGTERM first fails the
+//! health check, then waits the drain window so load balancers stop sending,
+//! then stops accepting and lets in-flight calls finish, with a hard deadline
+//! after which remaining connections (health `Watch` streams included) are
+//! cut.
+
+use std::future::{Future, IntoFuture};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::watch;
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+
+use crate::config::provider::ProviderOptions;
+use crate::config::watcher::{ConfigWatcher, LiveConfig, ReloadStatus};
+use crate::engine::{Engine, EngineOptions, HeaderNames, LocalCache};
+use crate::limiter::{Clock, SystemClock};
+use crate::metrics::{LocalCacheGauges, MetricsHandle, MetricsOptions, Stats};
+use crate::service::health::{Component, Health};
+use crate::service::rls::RlsServer;
+use crate::settings::{BackendType, ConfigType, Settings};
+use crate::store::{MemoryStore, Store};
+
+/// grpc-go's default maximum received message size.
+pub const MAX_GRPC_MESSAGE: usize = 4 * 1024 * 1024;
+
+/// Why the service could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// A setting names something this build does not provide.
+    #[error("{0}")]
+    Unsupported(String),
+    /// A listener could not be opened.
+    #[error("cannot listen on {what} {addr}: {source}")]
+    Listen {
+        /// Which listener.
+        what: &'static str,
+        /// The address.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The config watcher failed.
+    #[error("config watcher: {0}")]
+    Watch(#[from] crate::config::watcher::WatchError),
+    /// A server failed while running.
+    #[error("{0}")]
+    Serve(String),
+}
+
+/// What ended the service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// SIGTERM: fail health, drain, then stop.
+    Terminate,
+    /// SIGINT or SIGHUP: stop now (gracefully, within the deadline).
+    Interrupt,
+}
+
+/// Timings of a graceful shutdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShutdownTimings {
+    /// After SIGTERM, how long health fails before listeners close.
+    pub drain: Duration,
+    /// How long in-flight calls may take before connections are cut.
+    pub deadline: Duration,
+}
+
+impl Default for ShutdownTimings {
+    fn default() -> Self {
+        ShutdownTimings {
+            drain: Duration::ZERO,
+            deadline: Duration::from_secs(15),
+        }
+    }
+}
+
+/// The addresses the service listens on (useful with port 0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoundAddrs {
+    /// The gRPC listener (`None` with `GRPC_UDS`).
+    pub grpc: Option<SocketAddr>,
+    /// The main HTTP port.
+    pub http: SocketAddr,
+    /// The debug port.
+    pub debug: SocketAddr,
+}
+
+/// The metrics options the settings describe.
+pub fn metrics_options(settings: &Settings) -> Result<MetricsOptions, AppError> {
+    let s = &settings.stats;
+    Ok(MetricsOptions {
+        disable_stats: s.disable_stats,
+        use_dog_statsd: s.use_dog_statsd,
+        dog_statsd_mogrifiers: s.dog_statsd_mogrifiers.clone(),
+        use_statsd: s.use_statsd,
+        statsd_host: s.statsd_host.clone(),
+        statsd_port: s.statsd_port,
+        statsd_protocol: settings
+            .statsd_protocol
+            .parse()
+            .map_err(|e| AppError::Unsupported(format!("STATSD_PROTOCOL: {e}")))?,
+        flush_interval: s.flush_interval,
+        use_prometheus: s.use_prometheus,
+        prometheus_addr: s.prometheus_addr.clone(),
+        prometheus_path: s.prometheus_path.clone(),
+        prometheus_response_time_as_ms: s.prometheus_response_time_as_milliseconds,
+        prometheus_mapper_yaml: s.prometheus_mapper_yaml.clone(),
+        extra_tags: s.extra_tags.clone(),
+        ..MetricsOptions::default()
+    })
+}
+
+/// Runs the service until `shutdown` resolves, recording into the installed
+/// `metrics`; `ready` receives the bound addresses once every listener is
+/// open.
+pub async fn run(
+    settings: Settings,
+    timings: ShutdownTimings,
+    metrics: MetricsHandle,
+    ready: Option<tokio::sync::oneshot::Sender<BoundAddrs>>,
+    shutdown: impl Future<Output = Signal>,
+) -> Result<(), AppError> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let (reporter, health_service) = tonic_health::server::health_reporter();
+    let health = Health::new(
+        settings.response.healthy_with_at_least_one_config_loaded,
+        reporter,
+    );
+    let service_stats = Arc::new(Stats::new());
+
+    // The store. Redis and memcache come with the Redis work.
+    let (store, _sweeper): (Arc<dyn Store>, _) = match settings.limiter.backend_type {
+        BackendType::Memory => {
+            let store = Arc::new(MemoryStore::new(Arc::clone(&clock)));
+            let sweeper = store.spawn_sweeper(Duration::from_secs(1));
+            (store, Some(sweeper))
+        }
+        other => {
+            return Err(AppError::Unsupported(format!(
+                "BACKEND_TYPE={other:?} is not supported by this build yet; set BACKEND_TYPE=memory"
+            )))
+        }
+    };
+    health.set(Component::Backend, true).await;
+
+    // The configuration.
+    if settings.config_provider.config_type != ConfigType::File {
+        return Err(AppError::Unsupported(
+            "CONFIG_TYPE=GRPC_XDS_SOTW is not supported by this build yet; use CONFIG_TYPE=FILE"
+                .into(),
+        ));
+    }
+    let live = LiveConfig::new();
+    let rt = &settings.config_provider.runtime;
+    let opts = ProviderOptions {
+        runtime_root: PathBuf::from(&rt.root),
+        subdirectory: rt.subdirectory.clone(),
+        app_directory: rt.app_directory.clone(),
+        ignore_dotfiles: rt.ignore_dot_files,
+        watch_root: rt.watch_root,
+        merge_domains: settings.config_provider.merge_domain_config,
+    };
+    let (watcher, status) = ConfigWatcher::start(opts, live.clone())?;
+    let status_task = tokio::spawn(follow_reloads(
+        status,
+        Arc::clone(&service_stats),
+        health.clone(),
+    ));
+    if !settings.config_provider.force_start_without_initial_config {
+        watcher.first_load().await?;
+    }
+
+    let local_cache = match settings.limiter.local_cache_size_in_bytes {
+        n if n > 0 => Some(LocalCache::new(n as u64)),
+        _ => None,
+    };
+    let r = &settings.response;
+    let engine = Arc::new(Engine::new(
+        live.clone(),
+        store,
+        clock,
+        EngineOptions {
+            near_limit_ratio: settings.limiter.near_limit_ratio,
+            cache_key_prefix: settings.limiter.cache_key_prefix.clone(),
+            expiration_jitter_max_seconds: settings.limiter.expiration_jitter_max_seconds.max(0)
+                as u64,
+            stop_increment_when_over_limit: settings
+                .limiter
+                .stop_cache_key_increment_when_overlimit,
+            shadow_mode: r.shadow_mode,
+            quota_mode: r.quota_mode,
+            response_dynamic_metadata: r.dynamic_metadata,
+            response_headers: r.headers.enabled.then(|| HeaderNames {
+                limit: r.headers.limit.clone(),
+                remaining: r.headers.remaining.clone(),
+                reset: r.headers.reset.clone(),
+            }),
+        },
+        local_cache,
+        service_stats,
+    ));
+    if engine.local_cache().is_some() {
+        let engine = Arc::downgrade(&engine);
+        metrics.add_generator(move || {
+            if let Some(cache) = engine.upgrade().as_ref().and_then(|e| e.local_cache()) {
+                crate::metrics::record_local_cache(&local_cache_gauges(cache));
+            }
+        });
+    }
+
+    // Listeners, opened only now (see the module doc).
+    let l = &settings.listener;
+    let debug_listener = bind("debug", &l.debug_host, l.debug_port).await?;
+    let http_listener = bind("HTTP", &l.host, l.port).await?;
+    let grpc = if l.grpc_uds.is_empty() {
+        GrpcListener::Tcp(bind("gRPC", &l.grpc_host, l.grpc_port).await?)
+    } else {
+        GrpcListener::Unix(bind_unix(&l.grpc_uds)?)
+    };
+    let addrs = BoundAddrs {
+        grpc: match &grpc {
+            GrpcListener::Tcp(t) => t.local_addr().ok(),
+            GrpcListener::Unix(_) => None,
+        },
+        http: local_addr(&http_listener),
+        debug: local_addr(&debug_listener),
+    };
+    tracing::warn!("Listening for debug on '{}'", addrs.debug);
+    match (&addrs.grpc, &grpc) {
+        (Some(a), _) => tracing::warn!("Listening for gRPC on '{a}'"),
+        (None, _) => tracing::warn!("Listening for gRPC on unix socket '{}'", l.grpc_uds),
+    }
+    tracing::warn!("Listening for HTTP on '{}'", addrs.http);
+
+    // One signal fans out to every server.
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|&s| s).await;
+    };
+
+    let mut grpc_server = tonic::transport::Server::builder()
+        .max_connection_age(l.grpc_max_connection_age)
+        .max_connection_age_grace(l.grpc_max_connection_age_grace);
+    let router = grpc_server
+        .add_service(RlsServer::new(Arc::clone(&engine), MAX_GRPC_MESSAGE))
+        .add_service(health_service);
+    let tls = &l.grpc_tls;
+    let (tls_config, _cert_watch) = if tls.enabled {
+        let opts = crate::service::tls::TlsOptions {
+            cert: PathBuf::from(&tls.server_cert),
+            key: PathBuf::from(&tls.server_key),
+            client_ca: (!tls.client_ca_cert.is_empty()).then(|| PathBuf::from(&tls.client_ca_cert)),
+            client_san: (!tls.client_san.is_empty()).then(|| tls.client_san.clone()),
+        };
+        let (config, cert) = crate::service::tls::server_config(&opts)
+            .map_err(|e| AppError::Unsupported(e.to_string()))?;
+        let watch = crate::service::tls::watch_certificate(cert)
+            .map_err(|e| AppError::Unsupported(format!("watching the TLS certificate: {e}")))?;
+        (Some(config), Some(watch))
+    } else {
+        (None, None)
+    };
+    let grpc_task = match (grpc, tls_config) {
+        (GrpcListener::Tcp(t), Some(config)) => tokio::spawn(router.serve_with_incoming_shutdown(
+            crate::service::tls::incoming(t, config),
+            stopped(stop_rx.clone()),
+        )),
+        (GrpcListener::Unix(_), Some(_)) => {
+            return Err(AppError::Unsupported(
+                "GRPC_SERVER_USE_TLS with GRPC_UDS is not supported".into(),
+            ))
+        }
+        (GrpcListener::Tcp(t), None) => tokio::spawn(
+            router
+                .serve_with_incoming_shutdown(TcpListenerStream::new(t), stopped(stop_rx.clone())),
+        ),
+        (GrpcListener::Unix(u), None) => tokio::spawn(
+            router
+                .serve_with_incoming_shutdown(UnixListenerStream::new(u), stopped(stop_rx.clone())),
+        ),
+    };
+    let http_task = tokio::spawn(
+        axum::serve(
+            http_listener,
+            crate::service::http::router(Arc::clone(&engine), health.clone()),
+        )
+        .with_graceful_shutdown(stopped(stop_rx.clone()))
+        .into_future(),
+    );
+    let debug_task = tokio::spawn(
+        axum::serve(
+            debug_listener,
+            crate::service::debug::router(live, {
+                let metrics = metrics.clone();
+                Arc::new(move || metrics.render_stats())
+            }),
+        )
+        .with_graceful_shutdown(stopped(stop_rx.clone()))
+        .into_future(),
+    );
+    if let Some(ready) = ready {
+        let _ = ready.send(addrs);
+    }
+
+    let signal = shutdown.await;
+    tracing::warn!("shutting down ({signal:?})");
+    if signal == Signal::Terminate {
+        health.set(Component::Sigterm, false).await;
+        tokio::time::sleep(timings.drain).await;
+    }
+    let _ = stop_tx.send(true);
+    let aborts = [
+        grpc_task.abort_handle(),
+        http_task.abort_handle(),
+        debug_task.abort_handle(),
+    ];
+    let all = async {
+        let (g, h, d) = tokio::join!(grpc_task, http_task, debug_task);
+        for (what, r) in [
+            ("gRPC", g.map(|r| r.map_err(|e| e.to_string()))),
+            ("HTTP", h.map(|r| r.map_err(|e| e.to_string()))),
+            ("debug", d.map(|r| r.map_err(|e| e.to_string()))),
+        ] {
+            match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::error!("{what} server: {e}"),
+                Err(e) => tracing::error!("{what} server task: {e}"),
+            }
+        }
+    };
+    if tokio::time::timeout(timings.deadline, all).await.is_err() {
+        tracing::warn!(
+            "in-flight calls still open after {:?}; closing them",
+            timings.deadline
+        );
+        for a in aborts {
+            a.abort();
+        }
+    }
+    status_task.abort();
+    watcher.shutdown().await;
+    Ok(())
+}
+
+fn local_cache_gauges(cache: &LocalCache) -> LocalCacheGauges {
+    use std::sync::atomic::Ordering::Relaxed;
+    let hits = cache.counts().hits.load(Relaxed);
+    let misses = cache.counts().misses.load(Relaxed);
+    LocalCacheGauges {
+        hit_count: hits,
+        miss_count: misses,
+        lookup_count: hits + misses,
+        entry_count: cache.len() as u64,
+        ..LocalCacheGauges::default()
+    }
+}
+
+enum GrpcListener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+fn local_addr(l: &TcpListener) -> SocketAddr {
+    l.local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+}
+
+async fn bind(what: &'static str, host: &str, port: u16) -> Result<TcpListener, AppError> {
+    let addr = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    TcpListener::bind(&addr)
+        .await
+        .map_err(|source| AppError::Listen { what, addr, source })
+}
+
+/// A unix socket for gRPC; a stale socket file from an earlier run is
+/// removed first (the original fails to start, `[W20]`).
+fn bind_unix(path: &str) -> Result<UnixListener, AppError> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if meta.file_type().is_socket() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    UnixListener::bind(path).map_err(|source| AppError::Listen {
+        what: "gRPC unix socket",
+        addr: path.to_string(),
+        source,
+    })
+}
+
+/// Turns reload outcomes into the `config_load_*` stats and the `config`
+/// health component (healthy iff the live config has a domain).
+async fn follow_reloads(
+    mut status: watch::Receiver<ReloadStatus>,
+    stats: Arc<Stats>,
+    health: Health,
+) {
+    let mut seen = ReloadStatus::default();
+    loop {
+        let now = status.borrow_and_update().clone();
+        for _ in seen.successes..now.successes {
+            stats.config_load(true);
+        }
+        for _ in seen.failures..now.failures {
+            stats.config_load(false);
+        }
+        if now.successes > seen.successes {
+            health.set(Component::Config, now.domains > 0).await;
+        }
+        seen = now;
+        if status.changed().await.is_err() {
+            return;
+        }
+    }
+}

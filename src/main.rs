@@ -1,0 +1,96 @@
+//! `ratelimit`: the service, configured by environment variables alone, as
+//! the original.
+
+use ratelimit::app::{self, ShutdownTimings, Signal};
+use ratelimit::settings::{Env, Settings};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let settings = match Settings::from_source(&Env) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("invalid settings:\n{e}");
+            return ExitCode::from(1);
+        }
+    };
+    ratelimit::logging::init(settings.log.level, settings.log.format);
+    let inactive = settings.accepted_but_inactive(&Env);
+    if !inactive.is_empty() {
+        tracing::warn!(
+            "these settings are accepted but not acted on by this version: {}",
+            inactive.join(", ")
+        );
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(async move {
+        let metrics = ratelimit::metrics::install(app::metrics_options(&settings)?)
+            .map_err(|e| app::AppError::Unsupported(e.to_string()))?;
+        // The Prometheus port opens first, as in the original.
+        let (stop_prometheus, prometheus_stopped) = tokio::sync::oneshot::channel::<()>();
+        if settings.stats.use_prometheus {
+            let addr = ratelimit::metrics::listen_addr(&settings.stats.prometheus_addr);
+            let listener = tokio::net::TcpListener::bind(&addr)
+                .await
+                .map_err(|source| app::AppError::Listen {
+                    what: "Prometheus",
+                    addr: addr.clone(),
+                    source,
+                })?;
+            let metrics = metrics.clone();
+            let path = settings.stats.prometheus_path.clone();
+            tokio::spawn(async move {
+                let stopped = async {
+                    let _ = prometheus_stopped.await;
+                };
+                if let Err(e) = metrics.serve_prometheus(listener, path, stopped).await {
+                    tracing::error!("Prometheus listener: {e}");
+                }
+            });
+        }
+        let timings = ShutdownTimings {
+            drain: settings.shutdown.drain,
+            deadline: settings.shutdown.timeout,
+        };
+        let result = app::run(settings, timings, metrics.clone(), None, signal()).await;
+        let _ = stop_prometheus.send(());
+        metrics.flush_and_stop().await;
+        result
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("ratelimit: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// SIGTERM drains; SIGINT and SIGHUP stop (SIGHUP does not reload, as in the
+/// original).
+async fn signal() -> Signal {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        // Without signal handlers, only Ctrl-C can stop us.
+        let _ = tokio::signal::ctrl_c().await;
+        return Signal::Interrupt;
+    };
+    tokio::select! {
+        _ = term.recv() => Signal::Terminate,
+        _ = int.recv() => Signal::Interrupt,
+        _ = hup.recv() => Signal::Interrupt,
+    }
+}

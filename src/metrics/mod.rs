@@ -1,0 +1,219 @@
+//! Every statistic of the original, under the original's names
+//! (runtime.md §10.3), recorded through the `metrics` facade.
+//!
+//! Names here are the original's statsd names (`ratelimit.service.…`); the
+//! exporters translate them (Prometheus through the original's default
+//! mapping, statsd as they are). This module owns every name; nothing else
+//! spells one.
+//!
+//! Cardinality is bounded, unlike the original's (`[W12]`): per-rule and
+//! per-domain handles live in a cache of at most [`MAX_DYNAMIC_KEYS`]
+//! entries, so request-supplied values (unknown domains, override and
+//! detailed-metric keys) cannot grow this process's handle table without
+//! bound; the exporter forgets series that stay idle.
+
+use std::sync::Arc;
+
+use metrics::Counter;
+
+pub mod exporter;
+pub mod prometheus_mapping;
+mod recorder;
+pub mod statsd;
+
+pub use exporter::{
+    build, install, listen_addr, record_grpc_call, record_local_cache, select_sink, FlushReport,
+    LocalCacheGauges, MetricsError, MetricsHandle, MetricsOptions, SinkKind,
+};
+pub use prometheus_mapping::map_statsd_name;
+pub use recorder::{MetricsRecorder, MAX_DYNAMIC_SERIES, MAX_PENDING_SAMPLES};
+pub use statsd::StatsdProtocol;
+
+/// Most distinct per-rule or per-domain stats keys whose handles are kept.
+pub const MAX_DYNAMIC_KEYS: usize = 10_000;
+
+/// `ratelimit.service.config_load_success`.
+pub const CONFIG_LOAD_SUCCESS: &str = "ratelimit.service.config_load_success";
+/// `ratelimit.service.config_load_error`.
+pub const CONFIG_LOAD_ERROR: &str = "ratelimit.service.config_load_error";
+/// `ratelimit.service.global_shadow_mode`.
+pub const GLOBAL_SHADOW_MODE: &str = "ratelimit.service.global_shadow_mode";
+/// `ratelimit.service.call.should_rate_limit.redis_error`.
+pub const REDIS_ERROR: &str = "ratelimit.service.call.should_rate_limit.redis_error";
+/// `ratelimit.service.call.should_rate_limit.service_error`.
+pub const SERVICE_ERROR: &str = "ratelimit.service.call.should_rate_limit.service_error";
+/// Prefix of every per-rule counter.
+pub const RATE_LIMIT_PREFIX: &str = "ratelimit.service.rate_limit.";
+
+/// The six counters of one rule's stats key.
+#[derive(Debug, Clone)]
+pub struct RuleStats {
+    /// `<key>.total_hits`.
+    pub total_hits: Counter,
+    /// `<key>.over_limit`.
+    pub over_limit: Counter,
+    /// `<key>.near_limit`.
+    pub near_limit: Counter,
+    /// `<key>.over_limit_with_local_cache`.
+    pub over_limit_with_local_cache: Counter,
+    /// `<key>.within_limit`.
+    pub within_limit: Counter,
+    /// `<key>.shadow_mode`.
+    pub shadow_mode: Counter,
+}
+
+impl RuleStats {
+    fn register(stats_key: &str) -> RuleStats {
+        let base = format!("{RATE_LIMIT_PREFIX}{}", sanitize(stats_key));
+        let c = |stat: &str| metrics::counter!(format!("{base}.{stat}"));
+        RuleStats {
+            total_hits: c("total_hits"),
+            over_limit: c("over_limit"),
+            near_limit: c("near_limit"),
+            over_limit_with_local_cache: c("over_limit_with_local_cache"),
+            within_limit: c("within_limit"),
+            shadow_mode: c("shadow_mode"),
+        }
+    }
+}
+
+/// The service's statistics. Cheap to share.
+#[derive(Debug)]
+pub struct Stats {
+    rules: quick_cache::sync::Cache<String, Arc<RuleStats>>,
+    domains: quick_cache::sync::Cache<String, Counter>,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats::new()
+    }
+}
+
+impl Stats {
+    /// Handles with the bounded caches of [`MAX_DYNAMIC_KEYS`] each.
+    pub fn new() -> Stats {
+        Stats {
+            rules: quick_cache::sync::Cache::new(MAX_DYNAMIC_KEYS),
+            domains: quick_cache::sync::Cache::new(MAX_DYNAMIC_KEYS),
+        }
+    }
+
+    /// The counters of a rule's stats key (registered on first use).
+    pub fn rule(&self, stats_key: &str) -> Arc<RuleStats> {
+        if let Some(s) = self.rules.get(stats_key) {
+            return s;
+        }
+        let s = Arc::new(RuleStats::register(stats_key));
+        self.rules.insert(stats_key.to_string(), s.clone());
+        s
+    }
+
+    /// `ratelimit.service.rate_limit.<domain>.domain_not_found` +1.
+    pub fn domain_not_found(&self, domain: &str) {
+        let counter = match self.domains.get(domain) {
+            Some(c) => c,
+            None => {
+                let c = metrics::counter!(format!(
+                    "{RATE_LIMIT_PREFIX}{}.domain_not_found",
+                    sanitize(domain)
+                ));
+                self.domains.insert(domain.to_string(), c.clone());
+                c
+            }
+        };
+        counter.increment(1);
+    }
+
+    /// A request failed with a service error.
+    pub fn service_error(&self) {
+        metrics::counter!(SERVICE_ERROR).increment(1);
+    }
+
+    /// A request failed with a store error.
+    pub fn redis_error(&self) {
+        metrics::counter!(REDIS_ERROR).increment(1);
+    }
+
+    /// Global shadow mode turned an OVER_LIMIT into OK.
+    pub fn global_shadow_mode(&self) {
+        metrics::counter!(GLOBAL_SHADOW_MODE).increment(1);
+    }
+
+    /// A configuration load finished.
+    pub fn config_load(&self, success: bool) {
+        metrics::counter!(if success {
+            CONFIG_LOAD_SUCCESS
+        } else {
+            CONFIG_LOAD_ERROR
+        })
+        .increment(1);
+    }
+}
+
+/// The original's stat-name sanitising: `:` and `|` become `_`, and the dots
+/// of every IPv4-looking run (`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`, leftmost,
+/// non-overlapping) become `_`.
+pub fn sanitize(key: &str) -> String {
+    let mut out: Vec<u8> = key
+        .bytes()
+        .map(|b| if b == b':' || b == b'|' { b'_' } else { b })
+        .collect();
+    let mut i = 0;
+    while i < out.len() {
+        match ipv4_at(&out, i) {
+            Some(end) => {
+                for b in &mut out[i..end] {
+                    if *b == b'.' {
+                        *b = b'_';
+                    }
+                }
+                i = end;
+            }
+            None => i += 1,
+        }
+    }
+    // Only ASCII bytes were replaced by ASCII bytes: still UTF-8.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// The end of the regex `\d{1,3}(\.\d{1,3}){3}` matched at `start`, taking
+/// each digit run greedily (up to three digits) as Go's RE2 does.
+fn ipv4_at(s: &[u8], start: usize) -> Option<usize> {
+    let mut i = start;
+    for part in 0..4 {
+        if part > 0 {
+            if s.get(i) != Some(&b'.') {
+                return None;
+            }
+            i += 1;
+        }
+        let digits = s[i..]
+            .iter()
+            .take(3)
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        if digits == 0 {
+            return None;
+        }
+        i += digits;
+    }
+    Some(i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sanitizes_like_the_original() {
+        assert_eq!(
+            sanitize("edge.remote_address_50.0.0.5"),
+            "edge.remote_address_50_0_0_5"
+        );
+        assert_eq!(sanitize("d.1234.5.6.7"), "d.1234_5_6_7");
+        assert_eq!(sanitize("a:b|c"), "a_b_c");
+        assert_eq!(sanitize("d.key_1.2.3"), "d.key_1.2.3");
+        assert_eq!(sanitize("rl.foo.bar"), "rl.foo.bar");
+    }
+}

@@ -1,0 +1,64 @@
+//! The debug port (`DEBUG_HOST`:`DEBUG_PORT`, runtime.md §7.2): `/rlconfig`
+//! and `/stats`; `/` and any unknown path list the endpoints.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use axum::Router;
+
+use crate::config::watcher::LiveConfig;
+
+/// Renders the `/stats` text.
+pub type StatsRenderer = Arc<dyn Fn() -> String + Send + Sync>;
+
+const ENDPOINTS: &[(&str, &str)] = &[
+    (
+        "/rlconfig",
+        "print out the currently loaded configuration for debugging",
+    ),
+    ("/stats", "print out stats"),
+];
+
+#[derive(Clone)]
+struct DebugState {
+    config: LiveConfig,
+    stats: StatsRenderer,
+}
+
+/// The router of the debug port.
+pub fn router(config: LiveConfig, stats: StatsRenderer) -> Router {
+    Router::new()
+        .route("/rlconfig", any(rlconfig))
+        .route("/stats", any(stats_page))
+        .fallback(index)
+        .with_state(DebugState { config, stats })
+}
+
+fn text(body: String) -> Response {
+    let mut r = (StatusCode::OK, body).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+async fn index() -> Response {
+    text(
+        ENDPOINTS
+            .iter()
+            .map(|(path, help)| format!("{path}: {help}\n"))
+            .collect(),
+    )
+}
+
+async fn rlconfig(State(s): State<DebugState>) -> Response {
+    text(s.config.current().map(|c| c.dump()).unwrap_or_default())
+}
+
+async fn stats_page(State(s): State<DebugState>) -> Response {
+    text((s.stats)())
+}

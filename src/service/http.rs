@@ -1,0 +1,105 @@
+//! The main HTTP port (`HOST`:`PORT`, runtime.md §7.1): `/healthcheck` and
+//! `/json`, any method; anything else 404 `404 page not found`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{to_bytes, Body};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use axum::Router;
+
+use crate::engine::{Code, Engine};
+use crate::service::error::to_http_status;
+use crate::service::health::Health;
+use crate::service::json;
+
+/// Largest `/json` body accepted (the original has no limit, `[W24]`); the
+/// same as the gRPC port's 4 MiB message limit.
+pub const MAX_JSON_BODY: usize = 4 * 1024 * 1024;
+
+/// How long a `/json` call may take before it is answered as failed (the
+/// original has no deadline, `[W7]`).
+pub const JSON_DEADLINE: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone)]
+struct AppState {
+    engine: Arc<Engine>,
+    health: Health,
+}
+
+/// The router of the main HTTP port.
+pub fn router(engine: Arc<Engine>, health: Health) -> Router {
+    Router::new()
+        .route("/healthcheck", any(healthcheck))
+        .route("/json", any(json_bridge))
+        .fallback(not_found)
+        .with_state(AppState { engine, health })
+}
+
+/// `text/plain` with Go's `http.Error` headers.
+fn plain(status: StatusCode, body: &'static str) -> Response {
+    let mut r = (status, body).into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    r
+}
+
+async fn not_found() -> Response {
+    plain(StatusCode::NOT_FOUND, "404 page not found\n")
+}
+
+async fn healthcheck(State(s): State<AppState>) -> Response {
+    if s.health.is_healthy() {
+        let mut r = (StatusCode::OK, "OK").into_response();
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        r
+    } else {
+        (StatusCode::INTERNAL_SERVER_ERROR, Body::empty()).into_response()
+    }
+}
+
+async fn json_bridge(State(s): State<AppState>, req: Request) -> Response {
+    let bad_request = || plain(StatusCode::BAD_REQUEST, "Bad Request\n");
+    let body = match to_bytes(req.into_body(), MAX_JSON_BODY).await {
+        Ok(b) => b,
+        Err(_) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "Request Entity Too Large\n"),
+    };
+    let Ok(request) = json::parse_request(&body) else {
+        return bad_request();
+    };
+    let response =
+        match tokio::time::timeout(JSON_DEADLINE, s.engine.should_rate_limit(&request)).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                return match to_http_status(&e) {
+                    400 => bad_request(),
+                    _ => plain(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error\n"),
+                }
+            }
+            Err(_) => return bad_request(),
+        };
+    let status = match response.overall_code {
+        Code::Ok => StatusCode::OK,
+        Code::OverLimit => StatusCode::TOO_MANY_REQUESTS,
+        Code::Unknown => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let mut r = (status, json::render_response(&response)).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}

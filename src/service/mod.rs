@@ -1,0 +1,10 @@
+//! The network face: gRPC (`RateLimitService`, health), the main HTTP port
+//! and the debug port, each a thin adapter over the [`crate::engine`].
+
+pub mod debug;
+pub mod error;
+pub mod health;
+pub mod http;
+pub mod json;
+pub mod rls;
+pub mod tls;

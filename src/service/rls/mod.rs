@@ -1,0 +1,120 @@
+//! `envoy.service.ratelimit.v3.RateLimitService` over gRPC.
+//!
+//! A hand-written tonic service (rather than the generated server) so that
+//! requests decode through [`codec::RlsCodec`]: a malformed request is
+//! INVALID_ARGUMENT, never INTERNAL and never a panic.
+
+pub mod codec;
+pub mod convert;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use envoy_types::pb::envoy::service::ratelimit::v3 as pb;
+use tonic::codegen::{http, Body, BoxFuture, Service, StdError};
+use tonic::server::{Grpc, NamedService, UnaryService};
+
+use crate::engine::{Engine, RateLimitRequest};
+use crate::service::error::to_status;
+
+/// The gRPC path of `ShouldRateLimit`.
+pub const SHOULD_RATE_LIMIT_PATH: &str =
+    "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// The RLS gRPC service around an [`Engine`].
+#[derive(Debug, Clone)]
+pub struct RlsServer {
+    engine: Arc<Engine>,
+    max_decoding_message_size: usize,
+}
+
+impl RlsServer {
+    /// A service; requests larger than `max_decoding_message_size` bytes are
+    /// refused (RESOURCE_EXHAUSTED), as grpc-go's 4 MiB default does.
+    pub fn new(engine: Arc<Engine>, max_decoding_message_size: usize) -> RlsServer {
+        RlsServer {
+            engine,
+            max_decoding_message_size,
+        }
+    }
+}
+
+impl NamedService for RlsServer {
+    const NAME: &'static str = "envoy.service.ratelimit.v3.RateLimitService";
+}
+
+struct ShouldRateLimit(Arc<Engine>);
+
+impl UnaryService<pb::RateLimitRequest> for ShouldRateLimit {
+    type Response = pb::RateLimitResponse;
+    type Future = BoxFuture<tonic::Response<Self::Response>, tonic::Status>;
+
+    fn call(&mut self, request: tonic::Request<pb::RateLimitRequest>) -> Self::Future {
+        let engine = Arc::clone(&self.0);
+        Box::pin(async move {
+            let started = Instant::now();
+            let request = RateLimitRequest::from(request.into_inner());
+            let result = engine.should_rate_limit(&request).await;
+            crate::metrics::record_grpc_call("ShouldRateLimit", started.elapsed());
+            result
+                .map(|r| tonic::Response::new(r.into()))
+                .map_err(|e| to_status(&e))
+        })
+    }
+}
+
+impl<B> Service<http::Request<B>> for RlsServer
+where
+    B: Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if req.uri().path() != SHOULD_RATE_LIMIT_PATH {
+            return Box::pin(async move {
+                let mut response = http::Response::new(tonic::body::Body::default());
+                let headers = response.headers_mut();
+                headers.insert(
+                    tonic::Status::GRPC_STATUS,
+                    (tonic::Code::Unimplemented as i32).into(),
+                );
+                headers.insert(
+                    http::header::CONTENT_TYPE,
+                    tonic::metadata::GRPC_CONTENT_TYPE,
+                );
+                Ok(response)
+            });
+        }
+        let method = ShouldRateLimit(Arc::clone(&self.engine));
+        let max = self.max_decoding_message_size;
+        Box::pin(async move {
+            let mut grpc = Grpc::new(codec::RlsCodec::default())
+                .apply_max_message_size_config(Some(max), None);
+            let mut response = grpc.unary(method, req).await;
+            // The engine never fails with INTERNAL: an INTERNAL here is
+            // tonic's own report of a request it could not read (a truncated
+            // frame, a broken stream), which is the caller's fault.
+            let headers = response.headers_mut();
+            if headers
+                .get(tonic::Status::GRPC_STATUS)
+                .map(|v| v.as_bytes())
+                == Some(b"13")
+            {
+                headers.insert(
+                    tonic::Status::GRPC_STATUS,
+                    (tonic::Code::InvalidArgument as i32).into(),
+                );
+            }
+            Ok(response)
+        })
+    }
+}

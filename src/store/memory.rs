@@ -1,0 +1,353 @@
+//! The embedded in-memory store: fixed-window counters in process memory,
+//! for trying the service out and for single-instance deployments.
+//!
+//! Layout: 64 shards, each a `parking_lot::Mutex<HashMap>`, so callers on
+//! different keys rarely contend and one key's read-modify-write is a few
+//! nanoseconds under its shard lock. A `std`-style blocking mutex (not
+//! tokio's) is right here: the critical section never awaits.
+//!
+//! Keys are stored as a 128-bit SipHash-1-3 of the cache key under a random
+//! per-process secret, not as strings: an entry is 32 bytes (plus the table's
+//! slack), whatever the key's length. Two distinct keys share a counter only
+//! if their 128-bit hashes collide, with probability at most `n² / 2¹²⁹` for
+//! `n` live keys (below 10⁻²⁶ at ten million keys), and the secret keeps an
+//! attacker from crafting collisions.
+//!
+//! Expiry: a counter lives until its window ends. An expired counter reads
+//! as zero (checked on access), and [`MemoryStore::sweep`] removes expired
+//! entries and gives table memory back, so memory follows the active keys;
+//! [`MemoryStore::spawn_sweeper`] runs it periodically.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use parking_lot::{Mutex, MutexGuard};
+use siphasher::sip128::{Hasher128, SipHasher13};
+
+use super::{Increment, IncrementPolicy, Store, StoreError};
+use crate::limiter::Clock;
+
+const SHARDS: usize = 64;
+
+/// A counter: its value and the Unix second at which it expires.
+#[derive(Debug, Clone, Copy)]
+struct Counter {
+    count: u64,
+    expires_at: u64,
+}
+
+/// The keys are already uniform hashes: use their low bits as the hash.
+#[derive(Debug, Default, Clone, Copy)]
+struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u128(&mut self, n: u128) {
+        self.0 = n as u64;
+    }
+}
+
+type Shard = HashMap<u128, Counter, BuildHasherDefault<PassThrough>>;
+
+/// In-process fixed-window counters. Cheap to share: wrap it in an `Arc`.
+#[derive(Debug)]
+pub struct MemoryStore {
+    shards: Box<[Mutex<Shard>]>,
+    secret: (u64, u64),
+    clock: Arc<dyn Clock>,
+}
+
+impl MemoryStore {
+    /// An empty store reading time from `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> MemoryStore {
+        MemoryStore {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            secret: (rand::random(), rand::random()),
+            clock,
+        }
+    }
+
+    fn id(&self, key: &str) -> u128 {
+        let mut h = SipHasher13::new_with_keys(self.secret.0, self.secret.1);
+        h.write(key.as_bytes());
+        h.finish128().as_u128()
+    }
+
+    fn shard_of(id: u128) -> usize {
+        (id >> 122) as usize % SHARDS
+    }
+
+    /// Number of live (possibly expired, not yet swept) counters.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+    /// Whether no counter is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Removes every counter whose window has ended and shrinks tables that
+    /// became mostly empty. Returns how many counters were removed.
+    pub fn sweep(&self) -> usize {
+        let now = self.clock.now_secs();
+        let mut removed = 0;
+        for shard in self.shards.iter() {
+            let mut map = shard.lock();
+            let before = map.len();
+            map.retain(|_, c| c.expires_at > now);
+            removed += before - map.len();
+            if map.capacity() > 64 && map.len() < map.capacity() / 4 {
+                map.shrink_to_fit();
+            }
+        }
+        removed
+    }
+
+    /// Runs [`MemoryStore::sweep`] every `interval` until the returned guard
+    /// is dropped. Needs a tokio runtime.
+    pub fn spawn_sweeper(self: &Arc<Self>, interval: Duration) -> SweeperGuard {
+        let store = Arc::downgrade(self);
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                // Stop once the store itself is gone.
+                let Some(store) = store.upgrade() else { break };
+                store.sweep();
+            }
+        });
+        SweeperGuard(task)
+    }
+
+    fn apply(counter: &mut Counter, inc: &Increment, now: u64, hits: u64) -> u64 {
+        if counter.expires_at <= now {
+            *counter = Counter {
+                count: 0,
+                expires_at: inc.window.start + inc.window.length,
+            };
+        }
+        counter.count = counter.count.saturating_add(hits);
+        counter.count
+    }
+
+    fn entry<'a>(shard: &'a mut Shard, id: u128, inc: &Increment) -> &'a mut Counter {
+        shard.entry(id).or_insert(Counter {
+            count: 0,
+            expires_at: inc.window.start + inc.window.length,
+        })
+    }
+}
+
+/// The locked shard that holds `id`, among the guards taken for a batch.
+fn locked<'a>(guards: &'a mut [(usize, MutexGuard<'_, Shard>)], id: u128) -> &'a mut Shard {
+    let i = MemoryStore::shard_of(id);
+    let at = guards
+        .iter()
+        .position(|(s, _)| *s == i)
+        .expect("the shard of every key of the batch was locked");
+    &mut guards[at].1
+}
+
+/// Stops the sweeper task when dropped.
+#[derive(Debug)]
+pub struct SweeperGuard(tokio::task::JoinHandle<()>);
+
+impl Drop for SweeperGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn increment(
+        &self,
+        batch: &[Increment],
+        policy: IncrementPolicy,
+    ) -> Result<Vec<u64>, StoreError> {
+        let now = self.clock.now_secs();
+        let ids: Vec<u128> = batch.iter().map(|i| self.id(&i.key)).collect();
+        match policy {
+            IncrementPolicy::Always => Ok(batch
+                .iter()
+                .zip(&ids)
+                .map(|(inc, &id)| {
+                    let mut shard = self.shards[Self::shard_of(id)].lock();
+                    Self::apply(Self::entry(&mut shard, id, inc), inc, now, inc.hits)
+                })
+                .collect()),
+            IncrementPolicy::OnlyIfNoneWouldExceed => {
+                // Lock every shard the batch touches, in index order (no
+                // deadlock), so the check and the increments are one step.
+                let mut order: Vec<usize> = ids.iter().map(|&id| Self::shard_of(id)).collect();
+                order.sort_unstable();
+                order.dedup();
+                let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
+                    order.iter().map(|&i| (i, self.shards[i].lock())).collect();
+                let would_exceed: Vec<bool> = batch
+                    .iter()
+                    .zip(&ids)
+                    .map(|(inc, &id)| {
+                        let current = match locked(&mut guards, id).get(&id) {
+                            Some(c) if c.expires_at > now => c.count,
+                            _ => 0,
+                        };
+                        current.saturating_add(inc.hits) > inc.limit
+                    })
+                    .collect();
+                let any = would_exceed.iter().any(|&w| w);
+                Ok(batch
+                    .iter()
+                    .zip(&ids)
+                    .zip(&would_exceed)
+                    .map(|((inc, &id), &exceeds)| {
+                        let hits = if !any || exceeds { inc.hits } else { 0 };
+                        Self::apply(
+                            Self::entry(locked(&mut guards, id), id, inc),
+                            inc,
+                            now,
+                            hits,
+                        )
+                    })
+                    .collect())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::fixed_window::Window;
+    use crate::limiter::ManualClock;
+
+    fn inc(key: &str, hits: u64, now: u64, unit: u64, limit: u64) -> Increment {
+        Increment {
+            key: key.into(),
+            hits,
+            window: Window::containing(now, unit),
+            ttl_seconds: unit,
+            limit,
+        }
+    }
+
+    #[tokio::test]
+    async fn counts_per_key_and_expires_with_the_window() {
+        let clock = Arc::new(ManualClock::at_secs(1200));
+        let store = MemoryStore::new(clock.clone());
+        let b = [inc("a", 1, 1200, 60, 10), inc("b", 2, 1200, 60, 10)];
+        assert_eq!(
+            store.increment(&b, IncrementPolicy::Always).await,
+            Ok(vec![1, 2])
+        );
+        assert_eq!(
+            store.increment(&b, IncrementPolicy::Always).await,
+            Ok(vec![2, 4])
+        );
+        clock.set(Duration::from_secs(1260));
+        // The same key past its window reads as a fresh counter.
+        let later = [inc("a", 1, 1260, 60, 10)];
+        assert_eq!(
+            store.increment(&later, IncrementPolicy::Always).await,
+            Ok(vec![1])
+        );
+        assert_eq!(store.sweep(), 1);
+        assert_eq!(store.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn zero_hits_reads_without_consuming() {
+        let store = MemoryStore::new(Arc::new(ManualClock::at_secs(0)));
+        let b = [inc("a", 3, 0, 60, 10)];
+        store
+            .increment(&b, IncrementPolicy::Always)
+            .await
+            .expect("ok");
+        let read = [inc("a", 0, 0, 60, 10)];
+        assert_eq!(
+            store.increment(&read, IncrementPolicy::Always).await,
+            Ok(vec![3])
+        );
+    }
+
+    /// runtime.md §14.2 C-18: only the counter that would exceed moves.
+    #[tokio::test]
+    async fn stop_increment_when_over_limit() {
+        let store = MemoryStore::new(Arc::new(ManualClock::at_secs(0)));
+        let seed = [inc("a", 10, 0, 3600, 15), inc("b", 10, 0, 3600, 14)];
+        store
+            .increment(&seed, IncrementPolicy::Always)
+            .await
+            .expect("ok");
+        let p = IncrementPolicy::OnlyIfNoneWouldExceed;
+        let one = [inc("a", 1, 0, 3600, 15), inc("b", 1, 0, 3600, 14)];
+        assert_eq!(store.increment(&one, p).await, Ok(vec![11, 11]));
+        let two = [inc("a", 2, 0, 3600, 15), inc("b", 2, 0, 3600, 14)];
+        assert_eq!(store.increment(&two, p).await, Ok(vec![13, 13]));
+        assert_eq!(store.increment(&two, p).await, Ok(vec![13, 15]));
+    }
+
+    #[test]
+    fn no_lost_updates_under_64_concurrent_callers() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .build()
+            .expect("runtime");
+        let store = Arc::new(MemoryStore::new(Arc::new(ManualClock::at_secs(0))));
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..64)
+                .map(|_| {
+                    let store = store.clone();
+                    tokio::spawn(async move {
+                        for _ in 0..1000 {
+                            let b = [inc("hot", 1, 0, 60, u64::MAX)];
+                            store
+                                .increment(&b, IncrementPolicy::Always)
+                                .await
+                                .expect("memory never fails");
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.expect("task");
+            }
+            let read = [inc("hot", 0, 0, 60, u64::MAX)];
+            assert_eq!(
+                store.increment(&read, IncrementPolicy::Always).await,
+                Ok(vec![64_000])
+            );
+        });
+    }
+
+    #[tokio::test]
+    async fn sweeping_gives_memory_back() {
+        let clock = Arc::new(ManualClock::at_secs(0));
+        let store = MemoryStore::new(clock.clone());
+        let batch: Vec<_> = (0..10_000)
+            .map(|i| inc(&format!("k{i}"), 1, 0, 1, 10))
+            .collect();
+        store
+            .increment(&batch, IncrementPolicy::Always)
+            .await
+            .expect("ok");
+        assert_eq!(store.len(), 10_000);
+        clock.set(Duration::from_secs(1));
+        assert_eq!(store.sweep(), 10_000);
+        assert!(store.is_empty());
+        let capacity: usize = store.shards.iter().map(|s| s.lock().capacity()).sum();
+        assert!(capacity < 10_000, "tables shrank, capacity {capacity}");
+    }
+}
