@@ -1,0 +1,1277 @@
+//! `ratelimit-bench`: a bounded load tool for `ShouldRateLimit`.
+//!
+//! Run `ratelimit-bench --help` for the full usage. Three modes:
+//!
+//! - `run`: drives `ShouldRateLimit` against `--target` over `--connections`
+//!   HTTP/2 connections with `--concurrency` requests in flight **per
+//!   connection**, for `--warmup` then `--duration`, and prints requests/s,
+//!   latency percentiles (HdrHistogram, microseconds), the counts of OK /
+//!   OVER_LIMIT / other codes / errors, and one JSON line.
+//! - `noop`: serves a no-op rate limit service that answers OK at once (one
+//!   OK status per descriptor), to measure the gRPC stack's ceiling with the
+//!   same client. Prints `listening on ADDR` first (useful with port 0).
+//! - `compare`: starts the no-op server (this binary's `noop`, as a child
+//!   process, so it runs like a separate server would) on a free loopback
+//!   port, runs the same load against it and then against `--target`, and
+//!   prints both results and the ratios target/noop.
+//!
+//! Every run stops by itself: the duration is bounded (at most one hour) and
+//! every request has a timeout.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+    rate_limit_descriptor::Entry, RateLimitDescriptor,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use envoy_types::pb::envoy::service::ratelimit::v3::{
+    rate_limit_service_client::RateLimitServiceClient,
+    rate_limit_service_server::{RateLimitService, RateLimitServiceServer},
+    RateLimitRequest, RateLimitResponse,
+};
+use hdrhistogram::Histogram;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use ratelimit::cli::{Flag, FlagError, FlagKind, FlagSet, Parsed};
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+
+const HELP: &str = "\
+ratelimit-bench: bounded load tool for the rate limit service (ShouldRateLimit)
+
+USAGE:
+  ratelimit-bench run     [OPTIONS]           load --target and report
+  ratelimit-bench compare [OPTIONS]           load a no-op server (a child process on a
+                                              free loopback port), then --target, and
+                                              report both and the ratios target/noop
+  ratelimit-bench noop    [--listen ADDR] [--duration D] [--tls-cert F --tls-key F]
+                                              serve a no-op rate limit service
+  ratelimit-bench help                        this text
+
+Flags take `--name value` or `--name=value` (one dash works too).
+
+LOAD OPTIONS (run, compare):
+  --target HOST:PORT    server to load (default 127.0.0.1:8081)
+  --connections N       HTTP/2 connections (default 1)
+  --concurrency M       requests in flight PER CONNECTION (default 16);
+                        in flight in total = N * M
+  --duration D          measured time (default 10s; at most 1h)
+  --warmup D            unmeasured time before it (default 2s)
+  --timeout D           per-request deadline; a late answer counts as an error
+                        (default 5s)
+  --rps R               open loop: start R requests/s in total, on schedule;
+                        latency is measured from the scheduled time, so queueing
+                        behind the in-flight limit shows (default: closed loop,
+                        every in-flight slot sends its next request at once)
+  --domain NAME         request domain (default bench)
+  --descriptors D       descriptors per request (default 1), each with one entry
+  --entries KEYS        entry keys, comma-separated, one per descriptor; a single
+                        KEY with D > 1 means KEY_0 .. KEY_{D-1} (default key)
+  --keys DIST           how entry values are drawn, independently per descriptor:
+                          hot          always v0 (one hot key; default)
+                          uniform:K    v0 .. v{K-1}, uniformly
+                          zipf:K:S     v0 .. v{K-1}, rank r with weight
+                                       1/(r+1)^S (K at most 10000000)
+  --hits-addend H       request hits_addend (default 0, as Envoy sends)
+  --seed S              random seed (default 1)
+  --rounds R            compare only: R rounds of (noop, target), the order
+                        alternating each round; the report sums them (default 1)
+
+NOOP OPTIONS:
+  --listen ADDR         address to serve on (default 127.0.0.1:8081); port 0
+                        picks a free port. Prints `listening on ADDR` first.
+  --duration D          stop after D (default 0: until SIGINT/SIGTERM)
+  --tls-cert FILE       serve TLS (ALPN h2) with this PEM certificate chain...
+  --tls-key FILE        ...and this PEM private key (for testing TLS clients)
+  --tls-client-ca FILE  require client certificates issued by this PEM CA
+
+DURATIONS: Go syntax (300ms, 2s, 1m30s, 1.5s) or a plain number of seconds.
+
+OUTPUT: a human-readable report, then one line holding a JSON object:
+  run:     {\"mode\":\"run\",\"target\":..,\"requests\":..,\"rps\":..,\"ok\":..,
+            \"over_limit\":..,\"other_code\":..,\"errors\":..,\"p50_us\":..,\"p90_us\":..,
+            \"p99_us\":..,\"p999_us\":..,\"max_us\":..,\"mean_us\":.., ...}
+  compare: {\"mode\":\"compare\",\"noop\":{..},\"target\":{..},\"rps_ratio\":..,
+            \"p50_ratio\":..,\"p99_ratio\":..}   (ratios are target / noop)
+
+EXIT STATUS: 0 when the run completed (request errors are counted, not fatal),
+1 when it could not start (e.g. cannot connect), 2 on a bad command line.
+";
+
+/// Writes to standard output, ignoring a closed pipe.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, $($arg)*);
+        let _ = stdout.flush();
+    }};
+}
+
+/// Upper bound of `--duration` and `--warmup`.
+const MAX_DURATION: Duration = Duration::from_secs(3600);
+/// Upper bound of zipf's key count (the CDF table is 8 bytes a key).
+const MAX_ZIPF_KEYS: u64 = 10_000_000;
+/// Slack in the lifetime of `compare`'s no-op child.
+const MIN_NOOP_LIFE: Duration = Duration::from_secs(30);
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let Some((command, rest)) = args.split_first() else {
+        eprint!("{HELP}");
+        return ExitCode::from(2);
+    };
+    let result = match command.as_str() {
+        "run" => parse_load(rest, "run").and_then(|c| block_on(run_command(c))),
+        "compare" => parse_load(rest, "compare").and_then(|c| {
+            let noop = NoopChild::start(&c)?;
+            block_on(compare_command(c, &noop))
+        }),
+        "noop" => parse_noop(rest).and_then(noop_command),
+        "help" | "-h" | "-help" | "--help" => {
+            out!("{}", HELP.trim_end());
+            return ExitCode::SUCCESS;
+        }
+        other => Err(Failure::Usage(format!("unknown command {other:?}"))),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Help) => {
+            out!("{}", HELP.trim_end());
+            ExitCode::SUCCESS
+        }
+        Err(Failure::Usage(msg)) => {
+            eprintln!("ratelimit-bench: {msg}");
+            eprintln!("run `ratelimit-bench --help` for the usage");
+            ExitCode::from(2)
+        }
+        Err(Failure::Fatal(msg)) => {
+            eprintln!("ratelimit-bench: error: {msg}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Why the tool stops early.
+#[derive(Debug)]
+enum Failure {
+    Help,
+    Usage(String),
+    Fatal(String),
+}
+
+fn block_on<F: std::future::Future<Output = Result<(), Failure>>>(f: F) -> Result<(), Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Fatal(format!("cannot start the runtime: {e}")))?
+        .block_on(f)
+}
+
+// ---------------------------------------------------------------------------
+// Command lines.
+
+fn string_flag(name: &'static str, default: &'static str) -> Flag {
+    Flag {
+        name,
+        kind: FlagKind::String,
+        usage: "",
+        default,
+    }
+}
+
+fn parse_flags(set: &FlagSet, args: &[String]) -> Result<Parsed, Failure> {
+    let parsed = set.parse(args.iter().cloned()).map_err(|e| match e {
+        FlagError::Help => Failure::Help,
+        e => Failure::Usage(e.to_string()),
+    })?;
+    if let Some(extra) = parsed.rest.first() {
+        return Err(Failure::Usage(format!("unexpected argument {extra:?}")));
+    }
+    Ok(parsed)
+}
+
+/// Go's `time.ParseDuration`, plus a plain number meaning seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("invalid duration {text:?}");
+    if let Ok(secs) = text.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).map_err(|_| bad());
+    }
+    let mut rest = text;
+    let mut total = 0f64;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let number: f64 = rest[..num_len].parse().map_err(|_| bad())?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        total += number * scale;
+        rest = &rest[unit_len..];
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| bad())
+}
+
+fn parse_number<T: std::str::FromStr>(name: &str, text: &str) -> Result<T, Failure> {
+    text.parse()
+        .map_err(|_| Failure::Usage(format!("invalid value {text:?} for --{name}")))
+}
+
+fn bounded(name: &str, value: usize, low: usize, high: usize) -> Result<usize, Failure> {
+    if (low..=high).contains(&value) {
+        Ok(value)
+    } else {
+        Err(Failure::Usage(format!(
+            "--{name} must be between {low} and {high}, got {value}"
+        )))
+    }
+}
+
+/// How the value of each descriptor entry is drawn.
+#[derive(Debug, Clone)]
+enum KeyDist {
+    /// Always `v0`.
+    Hot,
+    /// Uniform over `v0 .. v{K-1}`.
+    Uniform(u64),
+    /// Zipf over K ranks with exponent S: the cumulative weights.
+    Zipf { keys: u64, s: f64, cdf: Arc<[f64]> },
+}
+
+impl KeyDist {
+    fn parse(text: &str) -> Result<KeyDist, String> {
+        let bad = || format!("invalid --keys {text:?} (want hot, uniform:K or zipf:K:S)");
+        let parts: Vec<&str> = text.split(':').collect();
+        match parts.as_slice() {
+            ["hot"] => Ok(KeyDist::Hot),
+            ["uniform", k] => match k.parse::<u64>() {
+                Ok(k) if k >= 1 => Ok(KeyDist::Uniform(k)),
+                _ => Err(bad()),
+            },
+            ["zipf", k, s] => {
+                let keys = k.parse::<u64>().map_err(|_| bad())?;
+                let s = s.parse::<f64>().map_err(|_| bad())?;
+                if keys == 0 || keys > MAX_ZIPF_KEYS || !s.is_finite() || s < 0.0 {
+                    return Err(bad());
+                }
+                Ok(KeyDist::Zipf {
+                    keys,
+                    s,
+                    cdf: zipf_cdf(keys, s),
+                })
+            }
+            _ => Err(bad()),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            KeyDist::Hot => "hot".into(),
+            KeyDist::Uniform(k) => format!("uniform:{k}"),
+            KeyDist::Zipf { keys, s, .. } => format!("zipf:{keys}:{s}"),
+        }
+    }
+
+    fn sample(&self, rng: &mut SmallRng) -> u64 {
+        match self {
+            KeyDist::Hot => 0,
+            KeyDist::Uniform(k) => rng.random_range(0..*k),
+            KeyDist::Zipf { cdf, .. } => {
+                let u: f64 = rng.random();
+                let i = cdf.partition_point(|&c| c <= u);
+                i.min(cdf.len() - 1) as u64
+            }
+        }
+    }
+}
+
+/// Cumulative, normalised weights `1/(r+1)^s` for ranks `0..keys`.
+fn zipf_cdf(keys: u64, s: f64) -> Arc<[f64]> {
+    let mut acc = 0.0;
+    let mut cdf: Vec<f64> = (1..=keys)
+        .map(|r| {
+            acc += (r as f64).powf(-s);
+            acc
+        })
+        .collect();
+    for c in &mut cdf {
+        *c /= acc;
+    }
+    cdf.into()
+}
+
+/// One load definition (shared by `run` and both halves of `compare`).
+#[derive(Debug, Clone)]
+struct LoadConfig {
+    target: String,
+    connections: usize,
+    concurrency: usize,
+    duration: Duration,
+    warmup: Duration,
+    timeout: Duration,
+    rps: Option<f64>,
+    domain: String,
+    entries: Vec<String>,
+    keys: KeyDist,
+    hits_addend: u32,
+    seed: u64,
+    rounds: u32,
+}
+
+fn load_flags(command: &'static str) -> FlagSet {
+    FlagSet::new(
+        command,
+        vec![
+            string_flag("target", "127.0.0.1:8081"),
+            string_flag("connections", "1"),
+            string_flag("concurrency", "16"),
+            string_flag("duration", "10s"),
+            string_flag("warmup", "2s"),
+            string_flag("timeout", "5s"),
+            string_flag("rps", ""),
+            string_flag("domain", "bench"),
+            string_flag("descriptors", "1"),
+            string_flag("entries", "key"),
+            string_flag("keys", "hot"),
+            string_flag("hits-addend", "0"),
+            string_flag("seed", "1"),
+            string_flag("rounds", "1"),
+        ],
+    )
+}
+
+fn parse_load(args: &[String], command: &'static str) -> Result<LoadConfig, Failure> {
+    let set = load_flags(command);
+    let p = parse_flags(&set, args)?;
+    let get = |name: &str| p.string(&set, name);
+    let duration_of = |name: &str| {
+        let d = parse_duration(&get(name)).map_err(Failure::Usage)?;
+        if d > MAX_DURATION {
+            return Err(Failure::Usage(format!("--{name} is at most 1h")));
+        }
+        Ok(d)
+    };
+    let connections = bounded(
+        "connections",
+        parse_number("connections", &get("connections"))?,
+        1,
+        1024,
+    )?;
+    let concurrency = bounded(
+        "concurrency",
+        parse_number("concurrency", &get("concurrency"))?,
+        1,
+        10_000,
+    )?;
+    if connections * concurrency > 100_000 {
+        return Err(Failure::Usage(
+            "--connections x --concurrency is at most 100000".into(),
+        ));
+    }
+    let duration = duration_of("duration")?;
+    if duration.is_zero() {
+        return Err(Failure::Usage("--duration must be positive".into()));
+    }
+    let rps = match get("rps").as_str() {
+        "" => None,
+        text => match parse_number::<f64>("rps", text)? {
+            r if r.is_finite() && r > 0.0 => Some(r),
+            _ => return Err(Failure::Usage("--rps must be positive".into())),
+        },
+    };
+    let descriptors = bounded(
+        "descriptors",
+        parse_number("descriptors", &get("descriptors"))?,
+        1,
+        64,
+    )?;
+    let names: Vec<String> = get("entries").split(',').map(str::to_string).collect();
+    let entries = if names.len() == descriptors {
+        names
+    } else if names.len() == 1 {
+        (0..descriptors)
+            .map(|i| format!("{}_{i}", names[0]))
+            .collect()
+    } else {
+        return Err(Failure::Usage(format!(
+            "--entries has {} keys for {descriptors} descriptors",
+            names.len()
+        )));
+    };
+    let target = get("target");
+    if target.is_empty() {
+        return Err(Failure::Usage("--target must not be empty".into()));
+    }
+    let config = LoadConfig {
+        target,
+        connections,
+        concurrency,
+        duration,
+        warmup: duration_of("warmup")?,
+        timeout: duration_of("timeout")?.max(Duration::from_millis(1)),
+        rps,
+        domain: get("domain"),
+        entries,
+        keys: KeyDist::parse(&get("keys")).map_err(Failure::Usage)?,
+        hits_addend: parse_number("hits-addend", &get("hits-addend"))?,
+        seed: parse_number("seed", &get("seed"))?,
+        rounds: u32::try_from(bounded(
+            "rounds",
+            parse_number("rounds", &get("rounds"))?,
+            1,
+            100,
+        )?)
+        .unwrap_or(1),
+    };
+    if (config.warmup + config.duration) * config.rounds > MAX_DURATION {
+        return Err(Failure::Usage(
+            "--rounds x (--warmup + --duration) is at most 1h".into(),
+        ));
+    }
+    Ok(config)
+}
+
+// ---------------------------------------------------------------------------
+// The load.
+
+/// What one worker (one in-flight slot) saw.
+struct Tally {
+    latency: Histogram<u64>,
+    ok: u64,
+    over_limit: u64,
+    other_code: u64,
+    errors: u64,
+    error_kinds: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    fn new() -> Result<Tally, Failure> {
+        // 1 µs .. 1 h, 3 significant digits.
+        let latency = Histogram::new_with_bounds(1, 3_600_000_000, 3)
+            .map_err(|e| Failure::Fatal(format!("histogram: {e}")))?;
+        Ok(Tally {
+            latency,
+            ok: 0,
+            over_limit: 0,
+            other_code: 0,
+            errors: 0,
+            error_kinds: BTreeMap::new(),
+        })
+    }
+
+    fn merge(&mut self, other: Tally) -> Result<(), Failure> {
+        self.latency
+            .add(&other.latency)
+            .map_err(|e| Failure::Fatal(format!("histogram: {e:?}")))?;
+        self.ok += other.ok;
+        self.over_limit += other.over_limit;
+        self.other_code += other.other_code;
+        self.errors += other.errors;
+        for (k, v) in other.error_kinds {
+            *self.error_kinds.entry(k).or_default() += v;
+        }
+        Ok(())
+    }
+
+    fn error(&mut self, kind: String) {
+        self.errors += 1;
+        *self.error_kinds.entry(kind).or_default() += 1;
+    }
+}
+
+/// The times every worker follows.
+#[derive(Clone, Copy)]
+struct Schedule {
+    start: Instant,
+    measure_from: Instant,
+    end: Instant,
+}
+
+/// The open-loop ticket counter: ticket `i` is due at `start + i / rps`.
+struct Pacer {
+    next: AtomicU64,
+    nanos_per_request: f64,
+}
+
+fn build_request(config: &LoadConfig, rng: &mut SmallRng) -> RateLimitRequest {
+    let descriptors = config
+        .entries
+        .iter()
+        .map(|key| RateLimitDescriptor {
+            entries: vec![Entry {
+                key: key.clone(),
+                value: format!("v{}", config.keys.sample(rng)),
+            }],
+            ..Default::default()
+        })
+        .collect();
+    RateLimitRequest {
+        domain: config.domain.clone(),
+        descriptors,
+        hits_addend: config.hits_addend,
+    }
+}
+
+async fn worker(
+    mut client: RateLimitServiceClient<Channel>,
+    config: Arc<LoadConfig>,
+    schedule: Schedule,
+    pacer: Option<Arc<Pacer>>,
+    mut rng: SmallRng,
+    mut tally: Tally,
+) -> Tally {
+    loop {
+        let due = match &pacer {
+            None => Instant::now(),
+            Some(p) => {
+                let i = p.next.fetch_add(1, Ordering::Relaxed);
+                let offset = Duration::from_nanos((i as f64 * p.nanos_per_request) as u64);
+                let due = schedule.start + offset;
+                if due < schedule.end {
+                    tokio::time::sleep_until(due).await;
+                }
+                due
+            }
+        };
+        if due >= schedule.end {
+            break;
+        }
+        let request = build_request(&config, &mut rng);
+        let result = tokio::time::timeout(config.timeout, client.should_rate_limit(request)).await;
+        let done = Instant::now();
+        if due < schedule.measure_from {
+            continue;
+        }
+        match result {
+            Ok(Ok(response)) => {
+                let micros =
+                    u64::try_from(done.duration_since(due).as_micros()).unwrap_or(u64::MAX);
+                tally.latency.saturating_record(micros.max(1));
+                match Code::try_from(response.get_ref().overall_code) {
+                    Ok(Code::Ok) => tally.ok += 1,
+                    Ok(Code::OverLimit) => tally.over_limit += 1,
+                    _ => tally.other_code += 1,
+                }
+            }
+            Ok(Err(status)) => {
+                let mut message = status.message().to_string();
+                message.truncate(120);
+                tally.error(format!("{:?}: {message}", status.code()));
+            }
+            Err(_) => tally.error("timeout".into()),
+        }
+    }
+    tally
+}
+
+/// One finished load.
+struct Report {
+    label: &'static str,
+    config: LoadConfig,
+    tally: Tally,
+}
+
+impl Report {
+    fn requests(&self) -> u64 {
+        let t = &self.tally;
+        t.ok + t.over_limit + t.other_code + t.errors
+    }
+
+    /// Adds another load of the same definition (one more round).
+    fn absorb(&mut self, other: Report) -> Result<(), Failure> {
+        self.config.duration += other.config.duration;
+        self.config.warmup += other.config.warmup;
+        self.tally.merge(other.tally)
+    }
+
+    fn rps(&self) -> f64 {
+        self.requests() as f64 / self.config.duration.as_secs_f64()
+    }
+
+    fn quantile(&self, q: f64) -> u64 {
+        self.tally.latency.value_at_quantile(q)
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let c = &self.config;
+        let t = &self.tally;
+        serde_json::json!({
+            "target": c.target,
+            "connections": c.connections,
+            "concurrency": c.concurrency,
+            "in_flight": c.connections * c.concurrency,
+            "duration_s": c.duration.as_secs_f64(),
+            "warmup_s": c.warmup.as_secs_f64(),
+            "open_loop_rps": c.rps,
+            "descriptors": c.entries.len(),
+            "keys": c.keys.describe(),
+            "requests": self.requests(),
+            "rps": round2(self.rps()),
+            "ok": t.ok,
+            "over_limit": t.over_limit,
+            "other_code": t.other_code,
+            "errors": t.errors,
+            "p50_us": self.quantile(0.5),
+            "p90_us": self.quantile(0.9),
+            "p99_us": self.quantile(0.99),
+            "p999_us": self.quantile(0.999),
+            "max_us": t.latency.max(),
+            "mean_us": round2(t.latency.mean()),
+        })
+    }
+
+    fn print(&self) {
+        let c = &self.config;
+        let t = &self.tally;
+        let mode = match c.rps {
+            Some(r) => format!("open loop at {r} req/s"),
+            None => "closed loop".into(),
+        };
+        out!(
+            "[{}] {}: {} connection(s) x {} in flight = {}, {mode}, {:?} (+{:?} warmup)",
+            self.label,
+            c.target,
+            c.connections,
+            c.concurrency,
+            c.connections * c.concurrency,
+            c.duration,
+            c.warmup
+        );
+        out!(
+            "[{}] domain {:?}, {} descriptor(s) per request, entries {:?}, keys {}",
+            self.label,
+            c.domain,
+            c.entries.len(),
+            c.entries,
+            c.keys.describe()
+        );
+        out!(
+            "[{}] requests {} ({:.1}/s)  ok {}  over_limit {}  other_code {}  errors {}",
+            self.label,
+            self.requests(),
+            self.rps(),
+            t.ok,
+            t.over_limit,
+            t.other_code,
+            t.errors
+        );
+        out!(
+            "[{}] latency us: p50 {}  p90 {}  p99 {}  p99.9 {}  max {}  mean {:.1}",
+            self.label,
+            self.quantile(0.5),
+            self.quantile(0.9),
+            self.quantile(0.99),
+            self.quantile(0.999),
+            t.latency.max(),
+            t.latency.mean()
+        );
+        let mut kinds: Vec<(&String, &u64)> = t.error_kinds.iter().collect();
+        kinds.sort_by(|a, b| b.1.cmp(a.1));
+        for (kind, count) in kinds.into_iter().take(5) {
+            out!("[{}] error x{count}: {kind}", self.label);
+        }
+    }
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+fn endpoint_uri(target: &str) -> String {
+    if target.starts_with("http://") || target.starts_with("https://") {
+        target.to_string()
+    } else {
+        format!("http://{target}")
+    }
+}
+
+/// Opens `config.connections` HTTP/2 connections to the target.
+async fn connect(config: &LoadConfig) -> Result<Vec<Channel>, Failure> {
+    let endpoint = Endpoint::from_shared(endpoint_uri(&config.target))
+        .map_err(|e| Failure::Usage(format!("invalid --target {:?}: {e}", config.target)))?
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(5))
+        .buffer_size(config.concurrency.max(1024));
+    let mut channels = Vec::with_capacity(config.connections);
+    for _ in 0..config.connections {
+        let channel = endpoint.connect().await.map_err(|e| {
+            let mut msg = format!("cannot connect to {}: {e}", config.target);
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                let _ = write!(msg, ": {s}");
+                source = s.source();
+            }
+            Failure::Fatal(msg)
+        })?;
+        channels.push(channel);
+    }
+    Ok(channels)
+}
+
+async fn load(
+    label: &'static str,
+    config: &LoadConfig,
+    channels: Vec<Channel>,
+) -> Result<Report, Failure> {
+    let config = Arc::new(config.clone());
+    let start = Instant::now();
+    let schedule = Schedule {
+        start,
+        measure_from: start + config.warmup,
+        end: start + config.warmup + config.duration,
+    };
+    let pacer = config.rps.map(|rps| {
+        Arc::new(Pacer {
+            next: AtomicU64::new(0),
+            nanos_per_request: 1e9 / rps,
+        })
+    });
+    let mut workers = tokio::task::JoinSet::new();
+    let mut seed = config.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    for channel in &channels {
+        for _ in 0..config.concurrency {
+            seed = seed.wrapping_add(1);
+            workers.spawn(worker(
+                RateLimitServiceClient::new(channel.clone()),
+                Arc::clone(&config),
+                schedule,
+                pacer.clone(),
+                SmallRng::seed_from_u64(seed),
+                Tally::new()?,
+            ));
+        }
+    }
+    let mut total = Tally::new()?;
+    while let Some(done) = workers.join_next().await {
+        let tally = done.map_err(|e| Failure::Fatal(format!("worker failed: {e}")))?;
+        total.merge(tally)?;
+    }
+    Ok(Report {
+        label,
+        config: (*config).clone(),
+        tally: total,
+    })
+}
+
+async fn run_command(config: LoadConfig) -> Result<(), Failure> {
+    let channels = connect(&config).await?;
+    let report = load("run", &config, channels).await?;
+    report.print();
+    let mut json = report.json();
+    if let Some(map) = json.as_object_mut() {
+        map.insert("mode".into(), "run".into());
+    }
+    out!("{json}");
+    Ok(())
+}
+
+async fn compare_command(config: LoadConfig, noop: &NoopChild) -> Result<(), Failure> {
+    let noop_config = LoadConfig {
+        target: noop.addr.clone(),
+        ..config.clone()
+    };
+    // Connect to both first, so a wrong --target fails before any load.
+    let target_channels = connect(&config).await?;
+    let noop_channels = connect(&noop_config).await?;
+    let mut noop_total: Option<Report> = None;
+    let mut target_total: Option<Report> = None;
+    for round in 0..config.rounds {
+        // Alternate which side goes first, so drifts hit both alike.
+        let noop_first = round % 2 == 0;
+        let mut reports = Vec::with_capacity(2);
+        for side in [noop_first, !noop_first] {
+            let report = if side {
+                load("noop", &noop_config, noop_channels.clone()).await?
+            } else {
+                load("target", &config, target_channels.clone()).await?
+            };
+            reports.push(report);
+        }
+        for report in reports {
+            out!(
+                "[compare] round {}/{}: {} {:.1} req/s, p50 {} us, p99 {} us, errors {}",
+                round + 1,
+                config.rounds,
+                report.label,
+                report.rps(),
+                report.quantile(0.5),
+                report.quantile(0.99),
+                report.tally.errors
+            );
+            let total = if report.label == "noop" {
+                &mut noop_total
+            } else {
+                &mut target_total
+            };
+            match total {
+                Some(t) => t.absorb(report)?,
+                None => *total = Some(report),
+            }
+        }
+    }
+    let (Some(noop_report), Some(target_report)) = (noop_total, target_total) else {
+        return Err(Failure::Fatal("no round ran".into()));
+    };
+    noop_report.print();
+    target_report.print();
+
+    let ratio = |a: f64, b: f64| if b > 0.0 { round2_4(a / b) } else { f64::NAN };
+    let rps_ratio = ratio(target_report.rps(), noop_report.rps());
+    let p50_ratio = ratio(
+        target_report.quantile(0.5) as f64,
+        noop_report.quantile(0.5) as f64,
+    );
+    let p99_ratio = ratio(
+        target_report.quantile(0.99) as f64,
+        noop_report.quantile(0.99) as f64,
+    );
+    out!("[compare] target/noop: rps x{rps_ratio}  p50 x{p50_ratio}  p99 x{p99_ratio}");
+    let json = serde_json::json!({
+        "mode": "compare",
+        "rounds": config.rounds,
+        "noop": noop_report.json(),
+        "target": target_report.json(),
+        "rps_ratio": finite(rps_ratio),
+        "p50_ratio": finite(p50_ratio),
+        "p99_ratio": finite(p99_ratio),
+    });
+    out!("{json}");
+    Ok(())
+}
+
+fn round2_4(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+fn finite(x: f64) -> serde_json::Value {
+    if x.is_finite() {
+        x.into()
+    } else {
+        serde_json::Value::Null
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The no-op server.
+
+#[derive(Debug, Default)]
+struct Noop {
+    served: Arc<AtomicU64>,
+}
+
+#[tonic::async_trait]
+impl RateLimitService for Noop {
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        self.served.fetch_add(1, Ordering::Relaxed);
+        let status = DescriptorStatus {
+            code: Code::Ok as i32,
+            ..Default::default()
+        };
+        Ok(tonic::Response::new(RateLimitResponse {
+            overall_code: Code::Ok as i32,
+            statuses: vec![status; request.get_ref().descriptors.len()],
+            ..Default::default()
+        }))
+    }
+}
+
+/// Serves the no-op service on `listener` until `shutdown` completes.
+async fn serve_noop(
+    listener: tokio::net::TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    served: Arc<AtomicU64>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), Failure> {
+    let router = tonic::transport::Server::builder()
+        .add_service(RateLimitServiceServer::new(Noop { served }));
+    let result = match tls {
+        None => {
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            router
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+        }
+        Some(acceptor) => {
+            router
+                .serve_with_incoming_shutdown(tls_incoming(listener, acceptor), shutdown)
+                .await
+        }
+    };
+    result.map_err(|e| Failure::Fatal(format!("no-op server: {e}")))
+}
+
+struct NoopOptions {
+    listen: String,
+    duration: Duration,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+fn parse_noop(args: &[String]) -> Result<NoopOptions, Failure> {
+    let set = FlagSet::new(
+        "noop",
+        vec![
+            string_flag("listen", "127.0.0.1:8081"),
+            string_flag("duration", "0"),
+            string_flag("tls-cert", ""),
+            string_flag("tls-key", ""),
+            string_flag("tls-client-ca", ""),
+        ],
+    );
+    let p = parse_flags(&set, args)?;
+    let duration = parse_duration(&p.string(&set, "duration")).map_err(Failure::Usage)?;
+    let (cert, key, client_ca) = (
+        p.string(&set, "tls-cert"),
+        p.string(&set, "tls-key"),
+        p.string(&set, "tls-client-ca"),
+    );
+    let tls = match (cert.is_empty(), key.is_empty()) {
+        (true, true) if client_ca.is_empty() => None,
+        (false, false) => Some(tls_acceptor(&cert, &key, &client_ca)?),
+        _ => {
+            return Err(Failure::Usage(
+                "--tls-cert and --tls-key go together (and --tls-client-ca needs them)".into(),
+            ))
+        }
+    };
+    Ok(NoopOptions {
+        listen: p.string(&set, "listen"),
+        duration,
+        tls,
+    })
+}
+
+/// The TLS side of `noop --tls-cert`: rustls with ring, ALPN h2, optional
+/// client certificates.
+fn tls_acceptor(
+    cert: &str,
+    key: &str,
+    client_ca: &str,
+) -> Result<tokio_rustls::TlsAcceptor, Failure> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let fatal = |what: &str, e: &dyn std::fmt::Display| Failure::Fatal(format!("{what}: {e}"));
+    let chain = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| fatal(cert, &e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| fatal(cert, &e))?;
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| fatal(key, &e))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| fatal("tls", &e))?;
+    let builder = if client_ca.is_empty() {
+        builder.with_no_client_auth()
+    } else {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(client_ca).map_err(|e| fatal(client_ca, &e))? {
+            roots
+                .add(c.map_err(|e| fatal(client_ca, &e))?)
+                .map_err(|e| fatal(client_ca, &e))?;
+        }
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| fatal(client_ca, &e))?;
+        builder.with_client_cert_verifier(verifier)
+    };
+    let mut config = builder
+        .with_single_cert(chain, key_der)
+        .map_err(|e| fatal(cert, &e))?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+/// A server-side TLS connection as tonic wants it.
+struct TlsConn(tokio_rustls::server::TlsStream<tokio::net::TcpStream>);
+
+impl tonic::transport::server::Connected for TlsConn {
+    type ConnectInfo = ();
+    fn connect_info(&self) {}
+}
+
+impl tokio::io::AsyncRead for TlsConn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for TlsConn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
+}
+
+/// Handshaken TLS connections, fed by an accept loop.
+struct TlsIncoming(tokio::sync::mpsc::Receiver<std::io::Result<TlsConn>>);
+
+impl tokio_stream::Stream for TlsIncoming {
+    type Item = std::io::Result<TlsConn>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// Accepts TCP connections and hands over those whose handshake succeeds
+/// (a failed handshake only closes that connection).
+fn tls_incoming(
+    listener: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+) -> TlsIncoming {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        while !tx.is_closed() {
+            let tcp = match listener.accept().await {
+                Ok((tcp, _)) => tcp,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            let _ = tcp.set_nodelay(true);
+            let acceptor = acceptor.clone();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                if let Ok(Ok(stream)) =
+                    tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
+                {
+                    let _ = tx.send(Ok(TlsConn(stream))).await;
+                }
+            });
+        }
+    });
+    TlsIncoming(rx)
+}
+
+fn noop_command(options: NoopOptions) -> Result<(), Failure> {
+    block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&options.listen)
+            .await
+            .map_err(|e| Failure::Fatal(format!("cannot listen on {}: {e}", options.listen)))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Failure::Fatal(format!("cannot read the bound address: {e}")))?;
+        out!("listening on {addr}");
+        let served = Arc::new(AtomicU64::new(0));
+        let limit = options.duration;
+        let shutdown = async move {
+            let deadline = async {
+                if limit.is_zero() {
+                    std::future::pending::<()>().await;
+                } else {
+                    tokio::time::sleep(limit).await;
+                }
+            };
+            tokio::select! {
+                () = deadline => {}
+                () = signal() => {}
+            }
+        };
+        serve_noop(listener, options.tls, Arc::clone(&served), shutdown).await?;
+        out!("served {} requests", served.load(Ordering::Relaxed));
+        Ok(())
+    })
+}
+
+/// Completes on SIGINT or SIGTERM (never if the handlers cannot be set).
+async fn signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut int), Ok(mut term)) => {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
+}
+
+/// The no-op server of `compare`: this binary's `noop` in a child process,
+/// so that it runs like the target does (its own process, allocator and
+/// runtime). Killed when dropped.
+struct NoopChild {
+    child: std::process::Child,
+    addr: String,
+    // Kept open so the child never writes into a closed pipe.
+    _stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl NoopChild {
+    fn start(config: &LoadConfig) -> Result<NoopChild, Failure> {
+        use std::io::BufRead as _;
+        let fatal = |e: std::io::Error| Failure::Fatal(format!("no-op server: {e}"));
+        // Outlives the load even if this process is killed before it ends it.
+        let lifetime =
+            (config.warmup + config.duration + config.timeout) * 2 * config.rounds + MIN_NOOP_LIFE;
+        let mut child = std::process::Command::new(std::env::current_exe().map_err(fatal)?)
+            .args(["noop", "--listen", "127.0.0.1:0", "--duration"])
+            .arg(format!("{}ms", lifetime.as_millis()))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .map_err(fatal)?;
+        let Some(stdout) = child.stdout.take() else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Failure::Fatal("no-op server: no standard output".into()));
+        };
+        let mut reader = std::io::BufReader::new(stdout);
+        let mut line = String::new();
+        let read = reader.read_line(&mut line);
+        let mut noop = NoopChild {
+            child,
+            addr: String::new(),
+            _stdout: reader,
+        };
+        read.map_err(fatal)?;
+        match line.trim().strip_prefix("listening on ") {
+            Some(addr) => noop.addr = addr.to_string(),
+            None => {
+                return Err(Failure::Fatal(format!(
+                    "no-op server did not start (said {line:?})"
+                )))
+            }
+        }
+        Ok(noop)
+    }
+}
+
+impl Drop for NoopChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_duration("10x").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("-1").is_err());
+    }
+
+    #[test]
+    fn key_distributions() {
+        let mut rng = SmallRng::seed_from_u64(7);
+        let hot = KeyDist::parse("hot").expect("hot");
+        assert!((0..100).all(|_| hot.sample(&mut rng) == 0));
+        let uniform = KeyDist::parse("uniform:10").expect("uniform");
+        assert!((0..1000).all(|_| uniform.sample(&mut rng) < 10));
+        let zipf = KeyDist::parse("zipf:100:1.2").expect("zipf");
+        let mut counts = [0u32; 100];
+        for _ in 0..20_000 {
+            counts[zipf.sample(&mut rng) as usize] += 1;
+        }
+        assert!(counts[0] > counts[1] && counts[1] > counts[10] && counts[10] > counts[90]);
+        for bad in [
+            "",
+            "uniform",
+            "uniform:0",
+            "zipf:10",
+            "zipf:0:1",
+            "zipf:10:-1",
+            "cold",
+        ] {
+            assert!(KeyDist::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn load_options() {
+        let args: Vec<String> = [
+            "--descriptors",
+            "3",
+            "--entries=k",
+            "--keys",
+            "uniform:5",
+            "--duration",
+            "1s",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let c = parse_load(&args, "run").expect("valid");
+        assert_eq!(c.entries, ["k_0", "k_1", "k_2"]);
+        assert_eq!(c.duration, Duration::from_secs(1));
+        assert_eq!(c.target, "127.0.0.1:8081");
+        let mut rng = SmallRng::seed_from_u64(1);
+        let r = build_request(&c, &mut rng);
+        assert_eq!(r.descriptors.len(), 3);
+        assert_eq!(r.descriptors[2].entries[0].key, "k_2");
+        let too_long = ["--duration".to_string(), "2h".to_string()];
+        assert!(matches!(
+            parse_load(&too_long, "run"),
+            Err(Failure::Usage(_))
+        ));
+        let mismatch = ["--descriptors=3".to_string(), "--entries=a,b".to_string()];
+        assert!(parse_load(&mismatch, "run").is_err());
+    }
+}
