@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
-use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::config::provider::ProviderOptions;
 use crate::config::watcher::{ConfigWatcher, LiveConfig, ReloadStatus};
@@ -281,10 +281,11 @@ pub async fn run(
                 "GRPC_SERVER_USE_TLS with GRPC_UDS is not supported".into(),
             ))
         }
-        (GrpcListener::Tcp(t), None) => tokio::spawn(
-            router
-                .serve_with_incoming_shutdown(TcpListenerStream::new(t), stopped(stop_rx.clone())),
-        ),
+        (GrpcListener::Tcp(t), None) => tokio::spawn(router.serve_with_incoming_shutdown(
+            // No Nagle: a small response must not wait for a delayed ACK.
+            tonic::transport::server::TcpIncoming::from(t).with_nodelay(Some(true)),
+            stopped(stop_rx.clone()),
+        )),
         (GrpcListener::Unix(u), None) => tokio::spawn(
             router
                 .serve_with_incoming_shutdown(UnixListenerStream::new(u), stopped(stop_rx.clone())),

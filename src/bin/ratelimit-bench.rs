@@ -68,9 +68,12 @@ LOAD OPTIONS (run, compare):
   --timeout D           per-request deadline; a late answer counts as an error
                         (default 5s)
   --rps R               open loop: start R requests/s in total, on schedule;
-                        latency is measured from the scheduled time, so queueing
-                        behind the in-flight limit shows (default: closed loop,
-                        every in-flight slot sends its next request at once)
+                        a request that starts late because its slot was busy
+                        is measured from its scheduled time, so queueing behind
+                        the in-flight limit shows; one that waited for the
+                        timer is measured from when it was sent (tokio timers
+                        tick per millisecond). Default: closed loop, every
+                        in-flight slot sends its next request at once
   --domain NAME         request domain (default bench)
   --descriptors D       descriptors per request (default 1), each with one entry
   --entries KEYS        entry keys, comma-separated, one per descriptor; a single
@@ -545,16 +548,26 @@ async fn worker(
     mut tally: Tally,
 ) -> Tally {
     loop {
-        let due = match &pacer {
-            None => Instant::now(),
+        // `due` is when the request was meant to start and `from` is what its
+        // latency is measured from. A worker that is late because its previous
+        // request was still running measures from `due`, so queueing behind the
+        // in-flight limit shows (no coordinated omission); a worker that waited
+        // for its slot measures from when the timer woke it, so the timer's
+        // millisecond granularity is not counted as service latency.
+        let (due, from) = match &pacer {
+            None => {
+                let now = Instant::now();
+                (now, now)
+            }
             Some(p) => {
                 let i = p.next.fetch_add(1, Ordering::Relaxed);
                 let offset = Duration::from_nanos((i as f64 * p.nanos_per_request) as u64);
                 let due = schedule.start + offset;
-                if due < schedule.end {
+                let late = Instant::now() >= due;
+                if due < schedule.end && !late {
                     tokio::time::sleep_until(due).await;
                 }
-                due
+                (due, if late { due } else { Instant::now().max(due) })
             }
         };
         if due >= schedule.end {
@@ -569,7 +582,7 @@ async fn worker(
         match result {
             Ok(Ok(response)) => {
                 let micros =
-                    u64::try_from(done.duration_since(due).as_micros()).unwrap_or(u64::MAX);
+                    u64::try_from(done.duration_since(from).as_micros()).unwrap_or(u64::MAX);
                 tally.latency.saturating_record(micros.max(1));
                 match Code::try_from(response.get_ref().overall_code) {
                     Ok(Code::Ok) => tally.ok += 1,

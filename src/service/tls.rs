@@ -284,7 +284,11 @@ pub fn incoming(
     tokio::spawn(async move {
         loop {
             let (tcp, peer) = match listener.accept().await {
-                Ok(x) => x,
+                Ok(x) => {
+                    // No Nagle: a small response must not wait for a delayed ACK.
+                    let _ = x.0.set_nodelay(true);
+                    x
+                }
                 Err(e) => {
                     tracing::warn!("gRPC accept: {e}");
                     continue;
