@@ -10,6 +10,44 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
 fi
 
+# Redis: the Redis store's tests start their own redis-server processes
+# (single, cluster and sentinel) on free loopback ports; they need the
+# binaries only. Nothing is started here.
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+    echo "installing redis-server and redis-tools from the OS packages" >&2
+    sudo_cmd=""
+    if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null 2>&1; then
+            sudo_cmd=sudo
+        else
+            echo "error: redis-server/redis-cli are missing and this is not root (no sudo);" \
+                "install the redis-server and redis-tools packages" >&2
+            exit 1
+        fi
+    fi
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "error: redis-server/redis-cli are missing and apt-get is not available;" \
+            "install redis-server and redis-tools by hand" >&2
+        exit 1
+    fi
+    if ! $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get update ||
+        ! $sudo_cmd env DEBIAN_FRONTEND=noninteractive \
+            apt-get install -y --no-install-recommends redis-server redis-tools; then
+        echo "error: could not install redis-server and redis-tools with apt-get" >&2
+        exit 1
+    fi
+    # The package may start a system service on 6379; the tests never use
+    # it, so stop it to keep the machine quiet.
+    if command -v service >/dev/null 2>&1; then
+        $sudo_cmd service redis-server stop >/dev/null 2>&1 || true
+    fi
+    if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+        echo "error: redis-server/redis-cli still missing after the install" >&2
+        exit 1
+    fi
+fi
+echo "redis: $(redis-server --version)" >&2
+
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --all-targets --locked

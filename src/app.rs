@@ -29,6 +29,7 @@ use crate::metrics::{LocalCacheGauges, MetricsHandle, MetricsOptions, Stats};
 use crate::service::health::{Component, Health};
 use crate::service::rls::RlsServer;
 use crate::settings::{BackendType, ConfigType, Settings};
+use crate::store::redis::{RedisOptions, StartupRetry};
 use crate::store::{MemoryStore, Store};
 
 /// grpc-go's default maximum received message size.
@@ -139,17 +140,45 @@ pub async fn run(
     );
     let service_stats = Arc::new(Stats::new());
 
-    // The store. Redis and memcache come with the Redis work.
+    // A signal during start-up (waiting for Redis or the first config) ends
+    // the start-up cleanly (the original panics or ignores it, `[W22]`).
+    let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
+
+    // The store.
     let (store, _sweeper): (Arc<dyn Store>, _) = match settings.limiter.backend_type {
         BackendType::Memory => {
             let store = Arc::new(MemoryStore::new(Arc::clone(&clock)));
             let sweeper = store.spawn_sweeper(Duration::from_secs(1));
             (store, Some(sweeper))
         }
-        other => {
-            return Err(AppError::Unsupported(format!(
-                "BACKEND_TYPE={other:?} is not supported by this build yet; set BACKEND_TYPE=memory"
-            )))
+        BackendType::Redis => {
+            let r = &settings.redis;
+            let main = RedisOptions::from_settings(&r.main, &r.tls, "REDIS_URL")
+                .map_err(|e| AppError::Unsupported(e.to_string()))?;
+            let per_second = if r.per_second_enabled {
+                Some(
+                    RedisOptions::from_settings(&r.per_second, &r.tls, "REDIS_PERSECOND_URL")
+                        .map_err(|e| AppError::Unsupported(e.to_string()))?,
+                )
+            } else {
+                None
+            };
+            let retry = StartupRetry {
+                initial: r.startup_initial_interval,
+                max: r.startup_max_interval,
+                max_elapsed: r.startup_max_elapsed_time,
+            };
+            let connecting = crate::store::redis::connect(&main, per_second.as_ref(), retry);
+            let store = tokio::select! {
+                s = connecting => s.map_err(|e| AppError::Unsupported(e.message))?,
+                _ = shutdown.clone() => return Ok(()),
+            };
+            (Arc::new(store) as Arc<dyn Store>, None)
+        }
+        BackendType::Memcache => {
+            return Err(AppError::Unsupported(
+                "BACKEND_TYPE=memcache is not supported by this build; use redis or memory".into(),
+            ))
         }
     };
     health.set(Component::Backend, true).await;
@@ -178,7 +207,13 @@ pub async fn run(
         health.clone(),
     ));
     if !settings.config_provider.force_start_without_initial_config {
-        watcher.first_load().await?;
+        tokio::select! {
+            loaded = watcher.first_load() => { loaded?; }
+            _ = shutdown.clone() => {
+                watcher.shutdown().await;
+                return Ok(());
+            }
+        }
     }
 
     let local_cache = match settings.limiter.local_cache_size_in_bytes {

@@ -2,6 +2,8 @@
 //! runtime directory of its own, and small gRPC and HTTP clients.
 #![allow(dead_code)]
 
+pub mod redis;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};

@@ -1354,7 +1354,7 @@ mod tests {
     #[test]
     fn inactive_list_names_set_accepted_variables_in_table_order() {
         let source = src(&[
-            ("REDIS_URL", "localhost:6379"),
+            ("MEMCACHE_HOST_PORT", "localhost:11211"),
             ("LOG_LEVEL", "debug"),
             ("PORT", "9090"),
             ("TRACING_ENABLED", "false"),
@@ -1365,7 +1365,7 @@ mod tests {
         let settings = Settings::from_source(&source).expect("valid");
         assert_eq!(
             settings.accepted_but_inactive(&source),
-            ["REDIS_URL", "TRACING_ENABLED"]
+            ["MEMCACHE_HOST_PORT", "TRACING_ENABLED"]
         );
         assert!(Settings::default()
             .accepted_but_inactive(&MapSource::new())

@@ -259,25 +259,25 @@ vars! {
     /// Add the `config` health component (runtime spec §8).
     ENV_HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED = "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", Bool, "false", Active;
     /// Network for `REDIS_URL` (`unix`/`tcp`).
-    ENV_REDIS_SOCKET_TYPE = "REDIS_SOCKET_TYPE", String, "unix", Accepted;
+    ENV_REDIS_SOCKET_TYPE = "REDIS_SOCKET_TYPE", String, "unix", Active;
     /// `single`/`cluster`/`sentinel` (case-insensitive).
-    ENV_REDIS_TYPE = "REDIS_TYPE", String, "SINGLE", Accepted;
+    ENV_REDIS_TYPE = "REDIS_TYPE", String, "SINGLE", Active;
     /// Redis address(es), runtime spec §5.1.
-    ENV_REDIS_URL = "REDIS_URL", String, "/var/run/nutcracker/ratelimit.sock", Accepted;
+    ENV_REDIS_URL = "REDIS_URL", String, "/var/run/nutcracker/ratelimit.sock", Active;
     /// Connections per Redis node.
-    ENV_REDIS_POOL_SIZE = "REDIS_POOL_SIZE", Int, "10", Accepted;
+    ENV_REDIS_POOL_SIZE = "REDIS_POOL_SIZE", Int, "10", Active;
     /// `password` or `user:password`.
-    ENV_REDIS_AUTH = "REDIS_AUTH", String, "", Accepted;
+    ENV_REDIS_AUTH = "REDIS_AUTH", String, "", Active;
     /// TLS to the main Redis.
-    ENV_REDIS_TLS = "REDIS_TLS", Bool, "false", Accepted;
+    ENV_REDIS_TLS = "REDIS_TLS", Bool, "false", Active;
     /// Client cert for Redis TLS (both clients).
-    ENV_REDIS_TLS_CLIENT_CERT = "REDIS_TLS_CLIENT_CERT", String, "", Accepted;
+    ENV_REDIS_TLS_CLIENT_CERT = "REDIS_TLS_CLIENT_CERT", String, "", Active;
     /// Client key for Redis TLS.
-    ENV_REDIS_TLS_CLIENT_KEY = "REDIS_TLS_CLIENT_KEY", String, "", Accepted;
+    ENV_REDIS_TLS_CLIENT_KEY = "REDIS_TLS_CLIENT_KEY", String, "", Active;
     /// CA added to system roots for Redis TLS.
-    ENV_REDIS_TLS_CACERT = "REDIS_TLS_CACERT", String, "", Accepted;
+    ENV_REDIS_TLS_CACERT = "REDIS_TLS_CACERT", String, "", Active;
     /// Verify chain but not host name.
-    ENV_REDIS_TLS_SKIP_HOSTNAME_VERIFICATION = "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", Bool, "false", Accepted;
+    ENV_REDIS_TLS_SKIP_HOSTNAME_VERIFICATION = "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", Bool, "false", Active;
     /// Write-flush interval (cluster mode only).
     ENV_REDIS_PIPELINE_WINDOW = "REDIS_PIPELINE_WINDOW", Duration, "0", Accepted;
     /// Deprecated, no effect.
@@ -285,23 +285,23 @@ vars! {
     /// Cluster key-group concurrency (runtime spec §5.1).
     ENV_REDIS_CLUSTER_PIPELINE_PARALLELISM = "REDIS_CLUSTER_PIPELINE_PARALLELISM", Int, "1", Accepted;
     /// Separate Redis for SECOND limits.
-    ENV_REDIS_PERSECOND = "REDIS_PERSECOND", Bool, "false", Accepted;
+    ENV_REDIS_PERSECOND = "REDIS_PERSECOND", Bool, "false", Active;
     /// As `REDIS_SOCKET_TYPE` for the per-second Redis.
-    ENV_REDIS_PERSECOND_SOCKET_TYPE = "REDIS_PERSECOND_SOCKET_TYPE", String, "unix", Accepted;
+    ENV_REDIS_PERSECOND_SOCKET_TYPE = "REDIS_PERSECOND_SOCKET_TYPE", String, "unix", Active;
     /// As `REDIS_TYPE`.
-    ENV_REDIS_PERSECOND_TYPE = "REDIS_PERSECOND_TYPE", String, "SINGLE", Accepted;
+    ENV_REDIS_PERSECOND_TYPE = "REDIS_PERSECOND_TYPE", String, "SINGLE", Active;
     /// As `REDIS_URL`.
-    ENV_REDIS_PERSECOND_URL = "REDIS_PERSECOND_URL", String, "/var/run/nutcracker/ratelimitpersecond.sock", Accepted;
+    ENV_REDIS_PERSECOND_URL = "REDIS_PERSECOND_URL", String, "/var/run/nutcracker/ratelimitpersecond.sock", Active;
     /// As `REDIS_POOL_SIZE`.
-    ENV_REDIS_PERSECOND_POOL_SIZE = "REDIS_PERSECOND_POOL_SIZE", Int, "10", Accepted;
+    ENV_REDIS_PERSECOND_POOL_SIZE = "REDIS_PERSECOND_POOL_SIZE", Int, "10", Active;
     /// As `REDIS_AUTH`.
-    ENV_REDIS_PERSECOND_AUTH = "REDIS_PERSECOND_AUTH", String, "", Accepted;
+    ENV_REDIS_PERSECOND_AUTH = "REDIS_PERSECOND_AUTH", String, "", Active;
     /// TLS to the per-second Redis.
-    ENV_REDIS_PERSECOND_TLS = "REDIS_PERSECOND_TLS", Bool, "false", Accepted;
+    ENV_REDIS_PERSECOND_TLS = "REDIS_PERSECOND_TLS", Bool, "false", Active;
     /// Auth for sentinel nodes (main).
-    ENV_REDIS_SENTINEL_AUTH = "REDIS_SENTINEL_AUTH", String, "", Accepted;
+    ENV_REDIS_SENTINEL_AUTH = "REDIS_SENTINEL_AUTH", String, "", Active;
     /// Auth for sentinel nodes (per-second).
-    ENV_REDIS_PERSECOND_SENTINEL_AUTH = "REDIS_PERSECOND_SENTINEL_AUTH", String, "", Accepted;
+    ENV_REDIS_PERSECOND_SENTINEL_AUTH = "REDIS_PERSECOND_SENTINEL_AUTH", String, "", Active;
     /// As `REDIS_PIPELINE_WINDOW`.
     ENV_REDIS_PERSECOND_PIPELINE_WINDOW = "REDIS_PERSECOND_PIPELINE_WINDOW", Duration, "0", Accepted;
     /// Deprecated, no effect.
@@ -311,19 +311,19 @@ vars! {
     /// Tie the `redis` health component to live connections (runtime spec §5.9).
     ENV_REDIS_HEALTH_CHECK_ACTIVE_CONNECTION = "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", Bool, "false", Accepted;
     /// Dial timeout (main).
-    ENV_REDIS_TIMEOUT = "REDIS_TIMEOUT", Duration, "10s", Accepted;
+    ENV_REDIS_TIMEOUT = "REDIS_TIMEOUT", Duration, "10s", Active;
     /// Dial timeout (per-second).
-    ENV_REDIS_PERSECOND_TIMEOUT = "REDIS_PERSECOND_TIMEOUT", Duration, "10s", Accepted;
+    ENV_REDIS_PERSECOND_TIMEOUT = "REDIS_PERSECOND_TIMEOUT", Duration, "10s", Active;
     /// `WAIT`; `CREATE`/`ERROR` abort start-up.
-    ENV_REDIS_POOL_ON_EMPTY_BEHAVIOR = "REDIS_POOL_ON_EMPTY_BEHAVIOR", String, "WAIT", Accepted;
+    ENV_REDIS_POOL_ON_EMPTY_BEHAVIOR = "REDIS_POOL_ON_EMPTY_BEHAVIOR", String, "WAIT", Active;
     /// Same for per-second.
-    ENV_REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR = "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", String, "WAIT", Accepted;
+    ENV_REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR = "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", String, "WAIT", Active;
     /// First start-up retry delay.
-    ENV_REDIS_STARTUP_INITIAL_INTERVAL = "REDIS_STARTUP_INITIAL_INTERVAL", Duration, "1s", Accepted;
+    ENV_REDIS_STARTUP_INITIAL_INTERVAL = "REDIS_STARTUP_INITIAL_INTERVAL", Duration, "1s", Active;
     /// Max start-up retry delay.
-    ENV_REDIS_STARTUP_MAX_INTERVAL = "REDIS_STARTUP_MAX_INTERVAL", Duration, "30s", Accepted;
+    ENV_REDIS_STARTUP_MAX_INTERVAL = "REDIS_STARTUP_MAX_INTERVAL", Duration, "30s", Active;
     /// Give up (panic) after this; 0 = never.
-    ENV_REDIS_STARTUP_MAX_ELAPSED_TIME = "REDIS_STARTUP_MAX_ELAPSED_TIME", Duration, "0", Accepted;
+    ENV_REDIS_STARTUP_MAX_ELAPSED_TIME = "REDIS_STARTUP_MAX_ELAPSED_TIME", Duration, "0", Active;
     /// Memcache servers `host:port,…`.
     ENV_MEMCACHE_HOST_PORT = "MEMCACHE_HOST_PORT", List, "", Accepted;
     /// Idle connections per memcache server.
@@ -459,6 +459,32 @@ mod tests {
                 ENV_LIMIT_REMAINING_HEADER,
                 ENV_LIMIT_RESET_HEADER,
                 ENV_HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED,
+                ENV_REDIS_SOCKET_TYPE,
+                ENV_REDIS_TYPE,
+                ENV_REDIS_URL,
+                ENV_REDIS_POOL_SIZE,
+                ENV_REDIS_AUTH,
+                ENV_REDIS_TLS,
+                ENV_REDIS_TLS_CLIENT_CERT,
+                ENV_REDIS_TLS_CLIENT_KEY,
+                ENV_REDIS_TLS_CACERT,
+                ENV_REDIS_TLS_SKIP_HOSTNAME_VERIFICATION,
+                ENV_REDIS_PERSECOND,
+                ENV_REDIS_PERSECOND_SOCKET_TYPE,
+                ENV_REDIS_PERSECOND_TYPE,
+                ENV_REDIS_PERSECOND_URL,
+                ENV_REDIS_PERSECOND_POOL_SIZE,
+                ENV_REDIS_PERSECOND_AUTH,
+                ENV_REDIS_PERSECOND_TLS,
+                ENV_REDIS_SENTINEL_AUTH,
+                ENV_REDIS_PERSECOND_SENTINEL_AUTH,
+                ENV_REDIS_TIMEOUT,
+                ENV_REDIS_PERSECOND_TIMEOUT,
+                ENV_REDIS_POOL_ON_EMPTY_BEHAVIOR,
+                ENV_REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR,
+                ENV_REDIS_STARTUP_INITIAL_INTERVAL,
+                ENV_REDIS_STARTUP_MAX_INTERVAL,
+                ENV_REDIS_STARTUP_MAX_ELAPSED_TIME,
                 ENV_SHADOW_MODE,
                 ENV_QUOTA_MODE,
                 ENV_RESPONSE_DYNAMIC_METADATA,

@@ -6,17 +6,20 @@
 //! is to make the read-modify-write atomic. Resilience (timeouts, breaker,
 //! fallback) wraps a `Store` as a decorator and never the other way round.
 //!
-//! - [`memory`]: the embedded default, in-process;
+//! - [`memory`]: the embedded store, in-process;
+//! - [`redis`]: Redis single, sentinel or cluster, shared by a fleet;
 //! - [`key`]: the byte-exact cache-key format shared with the original.
 
 pub mod key;
 pub mod memory;
+pub mod redis;
 
 use async_trait::async_trait;
 
 use crate::limiter::fixed_window::Window;
 
 pub use memory::MemoryStore;
+pub use redis::RedisStore;
 
 /// One counter increment of a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]

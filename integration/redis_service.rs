@@ -1,0 +1,503 @@
+//! The service on Redis (single and cluster), against real servers:
+//! runtime.md §14.2 counter arithmetic with keys seeded as the original
+//! writes them, the local cache, STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT,
+//! per-second Redis, outage and recovery, share threshold, commands per
+//! decision, and exact admission under concurrency across four instances.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::redis::{RedisCluster, RedisServer};
+use support::*;
+
+const OK: i32 = 1;
+const OVER: i32 = 2;
+
+const RULES: &str = "
+domain: d
+descriptors:
+  - key: l10
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: l15
+    rate_limit: {unit: hour, requests_per_unit: 15}
+  - key: l14
+    rate_limit: {unit: hour, requests_per_unit: 14}
+  - key: l20
+    rate_limit: {unit: hour, requests_per_unit: 20}
+  - key: l8
+    rate_limit: {unit: hour, requests_per_unit: 8}
+  - key: l5
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: shadow15
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 15}
+  - key: sec
+    rate_limit: {unit: second, requests_per_unit: 100}
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: files_no_share
+    value: files_no_share/*
+    rate_limit: {unit: hour, requests_per_unit: 10}
+";
+
+/// A Redis deployment for the service.
+enum Redis {
+    Single(RedisServer),
+    Cluster(RedisCluster),
+}
+
+impl Redis {
+    fn env(&self) -> Vec<(String, String)> {
+        let mut env = vec![
+            ("BACKEND_TYPE".into(), "redis".into()),
+            ("REDIS_SOCKET_TYPE".into(), "tcp".into()),
+            ("EXPIRATION_JITTER_MAX_SECONDS".into(), "0".into()),
+            ("REDIS_STARTUP_INITIAL_INTERVAL".into(), "100ms".into()),
+        ];
+        match self {
+            Redis::Single(s) => env.push(("REDIS_URL".into(), s.addr())),
+            Redis::Cluster(c) => {
+                env.push(("REDIS_TYPE".into(), "cluster".into()));
+                env.push(("REDIS_URL".into(), c.seeds().join(",")));
+            }
+        }
+        env
+    }
+
+    fn cli(&self, args: &[&str]) -> String {
+        match self {
+            Redis::Single(s) => s.cli(args),
+            Redis::Cluster(c) => c.cli(args),
+        }
+    }
+
+    /// Sum of a command's calls over the primaries (`INFO commandstats`;
+    /// replicas replay script effects and would count them twice).
+    fn calls(&self, command: &str) -> u64 {
+        let ports: Vec<u16> = match self {
+            Redis::Single(s) => vec![s.port],
+            Redis::Cluster(c) => c
+                .primaries()
+                .iter()
+                .filter_map(|a| a.rsplit_once(':').and_then(|(_, p)| p.parse().ok()))
+                .collect(),
+        };
+        ports
+            .into_iter()
+            .map(|p| {
+                let info = support::redis::redis_cli(p, &["info", "commandstats"]).text();
+                info.lines()
+                    .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+                    .and_then(|r| r.split(',').next())
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+}
+
+fn start(redis: &Redis, extra: &[(&str, &str)]) -> Service {
+    let mut env = redis.env();
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    Service::start(&[("rules.yaml", RULES)], &env)
+}
+
+fn hour_window() -> u64 {
+    wait_for_fresh_window(3600, 30);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    now - now % 3600
+}
+
+/// The original's key for `(key, value)` in domain `d`.
+fn key(k: &str, v: &str, window: u64) -> String {
+    format!("d_{k}_{v}_{window}")
+}
+
+async fn one(svc: &Service, k: &str, v: &str, hits: Option<u64>) -> (i32, u32) {
+    let mut c = svc.client().await;
+    let d = match hits {
+        Some(h) => desc_hits(&[(k, v)], h),
+        None => desc(&[(k, v)]),
+    };
+    let r = call(&mut c, request("d", vec![d])).await.expect("call");
+    (r.statuses[0].code, r.statuses[0].limit_remaining)
+}
+
+fn stat(svc: &Service, k: &str, name: &str) -> u64 {
+    svc.stat(&format!("ratelimit.service.rate_limit.d.{k}.{name}"))
+}
+
+/// C-1 … C-14 (the rows whose `before` is `after − h`): seed the counter
+/// as the original leaves it, call once, check status and counters.
+async fn counter_arithmetic(redis: &Redis) {
+    let svc = start(redis, &[]);
+    let w = hour_window();
+    // (rule, L, h, after, status, remaining, over, near, within)
+    type Row<'a> = (&'a str, u64, u64, i32, u32, u64, u64, u64);
+    let rows: [Row; 12] = [
+        ("l10", 1, 5, OK, 5, 0, 0, 1),
+        ("l10", 1, 11, OVER, 0, 1, 0, 0),
+        ("l10", 0, 11, OVER, 0, 0, 0, 0),
+        ("l15", 1, 11, OK, 4, 0, 0, 1),
+        ("l15", 1, 13, OK, 2, 0, 1, 1),
+        ("l15", 1, 16, OVER, 0, 1, 0, 0),
+        ("l20", 3, 5, OK, 15, 0, 0, 3),
+        ("l8", 2, 7, OK, 1, 0, 1, 2),
+        ("l20", 3, 19, OK, 1, 0, 3, 3),
+        ("l20", 3, 22, OVER, 0, 2, 1, 0),
+        ("l20", 7, 22, OVER, 0, 2, 4, 0),
+        ("l10", 3, 30, OVER, 0, 3, 0, 0),
+    ];
+    for (i, (rule, h, after, code, remaining, over, near, within)) in rows.into_iter().enumerate() {
+        let value = format!("row{i}");
+        let k = key(rule, &value, w);
+        if after > h {
+            redis.cli(&["set", &k, &(after - h).to_string(), "ex", "3600"]);
+        }
+        let before = (
+            stat(&svc, rule, "over_limit"),
+            stat(&svc, rule, "near_limit"),
+            stat(&svc, rule, "within_limit"),
+        );
+        let got = one(&svc, rule, &value, Some(h)).await;
+        assert_eq!(got, (code, remaining), "C-{} status", i + 1);
+        let after_stats = (
+            stat(&svc, rule, "over_limit"),
+            stat(&svc, rule, "near_limit"),
+            stat(&svc, rule, "within_limit"),
+        );
+        assert_eq!(
+            (
+                after_stats.0 - before.0,
+                after_stats.1 - before.1,
+                after_stats.2 - before.2
+            ),
+            (over, near, within),
+            "C-{} counters",
+            i + 1
+        );
+        assert_eq!(
+            redis.cli(&["get", &k]).trim(),
+            after.to_string(),
+            "C-{} stored value",
+            i + 1
+        );
+    }
+    // C-15: a new key gets the window as its TTL (no jitter configured).
+    let k = key("l10", "fresh", w);
+    one(&svc, "l10", "fresh", None).await;
+    let ttl: u64 = redis.cli(&["ttl", &k]).trim().parse().expect("ttl");
+    assert!((3590..=3600).contains(&ttl), "ttl {ttl}");
+    // C-20: hits [0, 1] where the first has no rule and the second is at 10/10.
+    let k = key("l10", "c20", w);
+    redis.cli(&["set", &k, "10", "ex", "3600"]);
+    let mut c = svc.client().await;
+    let r = call(
+        &mut c,
+        request(
+            "d",
+            vec![
+                desc_hits(&[("nothing", "x")], 0),
+                desc_hits(&[("l10", "c20")], 1),
+            ],
+        ),
+    )
+    .await
+    .expect("call");
+    assert_eq!(
+        (
+            r.statuses[0].code,
+            r.statuses[1].code,
+            r.statuses[1].limit_remaining
+        ),
+        (OK, OVER, 0)
+    );
+}
+
+/// C-16 and C-17: the local over-limit cache answers without Redis.
+async fn local_cache(redis: &Redis, rule: &str) {
+    let svc = start(redis, &[("LOCAL_CACHE_SIZE_IN_BYTES", "1000")]);
+    let w = hour_window();
+    let k = key(rule, "lc", w);
+    let shadow = rule.starts_with("shadow");
+    let want_over = if shadow { OK } else { OVER };
+    for (seed, want) in [(10, (OK, 4)), (12, (OK, 2)), (15, (want_over, 0))] {
+        redis.cli(&["set", &k, &seed.to_string(), "ex", "3600"]);
+        assert_eq!(one(&svc, rule, "lc", None).await, want);
+    }
+    let evals = redis.calls("evalsha");
+    assert_eq!(one(&svc, rule, "lc", None).await, (want_over, 0));
+    assert_eq!(
+        redis.calls("evalsha"),
+        evals,
+        "the 4th call never reaches Redis"
+    );
+    assert_eq!(stat(&svc, rule, "total_hits"), 4);
+    assert_eq!(stat(&svc, rule, "over_limit"), 2);
+    assert_eq!(stat(&svc, rule, "over_limit_with_local_cache"), 1);
+    assert_eq!(stat(&svc, rule, "near_limit"), 1);
+    assert_eq!(stat(&svc, rule, "within_limit"), 2);
+    if shadow {
+        assert_eq!(stat(&svc, rule, "shadow_mode"), 2);
+    }
+}
+
+/// C-18 through the service.
+async fn stop_increment(redis: &Redis) {
+    let svc = start(
+        redis,
+        &[("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")],
+    );
+    let w = hour_window();
+    let (ka, kb) = (key("l15", "s", w), key("l14", "s", w));
+    redis.cli(&["set", &ka, "10", "ex", "3600"]);
+    redis.cli(&["set", &kb, "10", "ex", "3600"]);
+    let c = svc.client().await;
+    let send = |h: u64| {
+        let req = request(
+            "d",
+            vec![desc_hits(&[("l15", "s")], h), desc_hits(&[("l14", "s")], h)],
+        );
+        let mut c = c.clone();
+        async move { call(&mut c, req).await.expect("call") }
+    };
+    let r = send(1).await;
+    assert_eq!(
+        (r.statuses[0].limit_remaining, r.statuses[1].limit_remaining),
+        (4, 3)
+    );
+    let r = send(2).await;
+    assert_eq!(
+        (r.statuses[0].limit_remaining, r.statuses[1].limit_remaining),
+        (2, 1)
+    );
+    let r = send(2).await;
+    assert_eq!((r.statuses[0].code, r.statuses[0].limit_remaining), (OK, 2));
+    assert_eq!(
+        (r.statuses[1].code, r.statuses[1].limit_remaining),
+        (OVER, 0)
+    );
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(redis.cli(&["get", &ka]).trim(), "13", "A not incremented");
+    assert_eq!(redis.cli(&["get", &kb]).trim(), "15");
+}
+
+/// §14.5: share_threshold shares one counter, the plain wildcard does not.
+async fn share_threshold(redis: &Redis) {
+    let svc = start(redis, &[]);
+    hour_window();
+    for _ in 0..10 {
+        one(&svc, "files", "files/a.pdf", None).await;
+    }
+    assert_eq!(one(&svc, "files", "files/b.csv", None).await, (OVER, 0));
+    for i in 0..10 {
+        assert_eq!(
+            one(&svc, "files_no_share", &format!("files_no_share/{i}"), None).await,
+            (OK, 9)
+        );
+    }
+}
+
+/// One script call per decision on a single node (the original sends two
+/// commands per key).
+async fn one_script_per_decision(redis: &Redis) {
+    let svc = start(redis, &[]);
+    hour_window();
+    one(&svc, "l10", "warm", None).await;
+    let before = (
+        redis.calls("evalsha"),
+        redis.calls("incrby"),
+        redis.calls("expire"),
+    );
+    let mut c = svc.client().await;
+    for i in 0..20 {
+        let v = format!("x{i}");
+        call(
+            &mut c,
+            request(
+                "d",
+                vec![
+                    desc(&[("l10", &v)]),
+                    desc(&[("l20", &v)]),
+                    desc(&[("l15", &v)]),
+                ],
+            ),
+        )
+        .await
+        .expect("call");
+    }
+    let evals = redis.calls("evalsha") - before.0;
+    match redis {
+        // Three keys, one node: one call per request.
+        Redis::Single(_) => assert_eq!(evals, 20),
+        // One call per slot touched: at most three per request.
+        Redis::Cluster(_) => assert!((20..=60).contains(&evals), "evalsha {evals}"),
+    }
+    // INCRBY/EXPIRE run inside the script only (counted by Redis as well).
+    assert_eq!(redis.calls("incrby") - before.1, 60);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_redis() {
+    let redis = Redis::Single(RedisServer::start());
+    counter_arithmetic(&redis).await;
+    local_cache(&redis, "l15").await;
+    local_cache(&redis, "shadow15").await;
+    stop_increment(&redis).await;
+    share_threshold(&redis).await;
+    one_script_per_decision(&redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster() {
+    let redis = Redis::Cluster(RedisCluster::start());
+    counter_arithmetic(&redis).await;
+    local_cache(&redis, "l15").await;
+    stop_increment(&redis).await;
+    share_threshold(&redis).await;
+    one_script_per_decision(&redis).await;
+}
+
+/// C-19: SECOND limits go only to the per-second Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_second_redis() {
+    let main = RedisServer::start();
+    let per_second = RedisServer::start();
+    let redis = Redis::Single(main);
+    let ps = per_second.addr();
+    let svc = start(
+        &redis,
+        &[
+            ("REDIS_PERSECOND", "true"),
+            ("REDIS_PERSECOND_SOCKET_TYPE", "tcp"),
+            ("REDIS_PERSECOND_URL", &ps),
+        ],
+    );
+    one(&svc, "sec", "x", None).await;
+    one(&svc, "l10", "x", None).await;
+    let main_keys = redis.cli(&["keys", "*"]);
+    let ps_keys = per_second.cli(&["keys", "*"]);
+    assert!(
+        main_keys.contains("d_l10_x_") && !main_keys.contains("d_sec_x_"),
+        "{main_keys}"
+    );
+    assert!(
+        ps_keys.contains("d_sec_x_") && !ps_keys.contains("d_l10_x_"),
+        "{ps_keys}"
+    );
+}
+
+/// C-21: Redis down → UNKNOWN and redis_error; back → served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_and_recovery() {
+    let mut server = RedisServer::start();
+    let addr = server.addr();
+    let svc = Service::start(
+        &[("rules.yaml", RULES)],
+        &[
+            ("BACKEND_TYPE", "redis"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", &addr),
+            ("REDIS_TIMEOUT", "1s"),
+        ],
+    );
+    assert_eq!(one(&svc, "l10", "o", None).await.0, OK);
+    server.kill();
+    let mut c = svc.client().await;
+    let e = call(&mut c, request("d", vec![desc(&[("l10", "o")])]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unknown);
+    assert!(svc.stat("ratelimit.service.call.should_rate_limit.redis_error") >= 1);
+    let r = svc.http(
+        "POST",
+        "/json",
+        br#"{"domain":"d","descriptors":[{"entries":[{"key":"l10","value":"o"}]}]}"#,
+    );
+    assert_eq!((r.status, r.body.as_str()), (400, "Bad Request\n"));
+    server.restart();
+    let mut recovered = false;
+    for _ in 0..100 {
+        if call(&mut c, request("d", vec![desc(&[("l10", "o")])]))
+            .await
+            .is_ok()
+        {
+            recovered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        recovered,
+        "served again after Redis came back, without a restart"
+    );
+}
+
+/// Four instances, 64 concurrent callers spread over them, one key with a
+/// limit of L: exactly L requests are admitted.
+async fn exact_admission(redis: &Redis, limits: &[u32]) {
+    let mut rules = String::from("domain: c\ndescriptors:\n");
+    for l in limits {
+        rules.push_str(&format!(
+            "  - key: l{l}\n    rate_limit: {{unit: hour, requests_per_unit: {l}}}\n"
+        ));
+    }
+    let env = redis.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let instances: Vec<Service> = (0..4)
+        .map(|_| Service::start(&[("rules.yaml", &rules)], &env))
+        .collect();
+    hour_window();
+    for &limit in limits {
+        let total = limit as usize + 200;
+        let mut clients = Vec::new();
+        for svc in &instances {
+            clients.push(svc.client().await);
+        }
+        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let admitted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let tasks: Vec<_> = (0..64)
+            .map(|i| {
+                let mut c = clients[i % 4].clone();
+                let (next, admitted) = (Arc::clone(&next), Arc::clone(&admitted));
+                let key = format!("l{limit}");
+                tokio::spawn(async move {
+                    while next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < total {
+                        let r = call(&mut c, request("c", vec![desc(&[(&key, "one")])]))
+                            .await
+                            .expect("call");
+                        if r.overall_code == OK {
+                            admitted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("caller");
+        }
+        assert_eq!(
+            admitted.load(std::sync::atomic::Ordering::SeqCst),
+            limit as usize,
+            "L = {limit}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exact_admission_single() {
+    exact_admission(&Redis::Single(RedisServer::start()), &[1, 100, 10_000]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exact_admission_cluster() {
+    exact_admission(&Redis::Cluster(RedisCluster::start()), &[1, 100, 10_000]).await;
+}

@@ -1,0 +1,336 @@
+//! Connecting to Redis: settings to `fred` configuration, TLS, and the
+//! original's start-up wait (runtime.md §5.8): start-up blocks until Redis
+//! answers `PING`, retrying with jittered exponential back-off, giving up
+//! only after `REDIS_STARTUP_MAX_ELAPSED_TIME` (0 = never).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fred::clients::Pool;
+use fred::interfaces::ClientLike;
+use fred::types::config::{
+    Config, ConnectionConfig, PerformanceConfig, ReconnectPolicy, ServerConfig, TlsConfig,
+};
+use fred::types::scripts::Script;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::url::{self, Credentials, Target, UrlError};
+use super::{Backend, RedisStore};
+use crate::settings::{ClientTlsSettings, RedisSettings};
+use crate::store::{StoreError, StoreErrorKind};
+
+/// TLS files for Redis connections.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RedisTls {
+    /// Extra trusted CA (besides the system roots, as the original).
+    pub ca: Option<PathBuf>,
+    /// Client certificate chain and key, for mutual TLS.
+    pub client: Option<(PathBuf, PathBuf)>,
+    /// Verify the chain but not the host name.
+    pub skip_hostname_verification: bool,
+}
+
+/// How to reach one Redis deployment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisOptions {
+    /// Where.
+    pub target: Target,
+    /// Credentials for the data nodes.
+    pub credentials: Credentials,
+    /// Credentials for sentinel nodes.
+    pub sentinel_credentials: Credentials,
+    /// Connections (`REDIS_POOL_SIZE`).
+    pub pool_size: usize,
+    /// Dial and command timeout (`REDIS_TIMEOUT`; the original bounds only
+    /// dialing, `[W7]`).
+    pub timeout: Duration,
+    /// TLS, when enabled.
+    pub tls: Option<RedisTls>,
+    /// The address for logs, credentials masked.
+    pub display: String,
+}
+
+impl RedisOptions {
+    /// Options from one set of Redis settings (main or per-second).
+    pub fn from_settings(
+        s: &RedisSettings,
+        tls: &ClientTlsSettings,
+        url_setting: &'static str,
+    ) -> Result<RedisOptions, UrlError> {
+        let (target, uri_credentials) =
+            url::parse(url_setting, s.redis_type, &s.socket_type, &s.url)?;
+        let credentials = if s.auth.is_empty() {
+            uri_credentials
+        } else {
+            url::credentials(&s.auth)
+        };
+        let nonempty = |p: &str| (!p.is_empty()).then(|| PathBuf::from(p));
+        Ok(RedisOptions {
+            target,
+            credentials,
+            sentinel_credentials: url::credentials(&s.sentinel_auth),
+            pool_size: s.pool_size.clamp(1, 1024) as usize,
+            timeout: if s.timeout.is_zero() {
+                Duration::from_secs(10)
+            } else {
+                s.timeout
+            },
+            tls: s.tls.then(|| RedisTls {
+                ca: nonempty(&tls.ca_cert),
+                client: nonempty(&tls.client_cert).zip(nonempty(&tls.client_key)),
+                skip_hostname_verification: tls.skip_hostname_verification,
+            }),
+            display: url::mask(&s.url),
+        })
+    }
+
+    fn fred_config(&self) -> Result<Config, StoreError> {
+        let server = match &self.target {
+            Target::Tcp { host, port, .. } => ServerConfig::new_centralized(host.clone(), *port),
+            Target::Unix { path } => ServerConfig::Unix { path: path.into() },
+            Target::Cluster { seeds } => ServerConfig::new_clustered(seeds.clone()),
+            Target::Sentinel { master, sentinels } => ServerConfig::Sentinel {
+                hosts: sentinels
+                    .iter()
+                    .map(|(h, p)| fred::types::config::Server::new(h.clone(), *p))
+                    .collect(),
+                service_name: master.clone(),
+                username: self.sentinel_credentials.username.clone(),
+                password: self.sentinel_credentials.password.clone(),
+            },
+        };
+        Ok(Config {
+            server,
+            username: self.credentials.username.clone(),
+            password: self.credentials.password.clone(),
+            database: match &self.target {
+                Target::Tcp { db, .. } => *db,
+                _ => None,
+            },
+            fail_fast: true,
+            tls: match &self.tls {
+                Some(t) => Some(tls_config(t)?),
+                None => None,
+            },
+            ..Config::default()
+        })
+    }
+
+    fn pool(&self) -> Result<Pool, StoreError> {
+        let perf = PerformanceConfig {
+            default_command_timeout: self.timeout,
+            ..PerformanceConfig::default()
+        };
+        let mut conn = ConnectionConfig {
+            connection_timeout: self.timeout,
+            internal_command_timeout: self.timeout,
+            ..ConnectionConfig::default()
+        };
+        conn.tcp.nodelay = Some(true);
+        // Reconnect forever, 100 ms to 5 s apart: the store recovers by itself
+        // when Redis comes back.
+        let policy = ReconnectPolicy::new_exponential(0, 100, 5_000, 2);
+        Pool::new(
+            self.fred_config()?,
+            Some(perf),
+            Some(conn),
+            Some(policy),
+            self.pool_size,
+        )
+        .map_err(|e| super::store_error(&e))
+    }
+}
+
+fn tls_error(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError {
+        kind: StoreErrorKind::Rejected,
+        message: format!("Redis TLS {what}: {e}"),
+    }
+}
+
+fn tls_config(t: &RedisTls) -> Result<TlsConfig, StoreError> {
+    let mut roots = rustls::RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    for cert in native.certs {
+        let _ = roots.add(cert);
+    }
+    if let Some(ca) = &t.ca {
+        for cert in CertificateDer::pem_file_iter(ca).map_err(|e| tls_error("CA", e))? {
+            roots
+                .add(cert.map_err(|e| tls_error("CA", e))?)
+                .map_err(|e| tls_error("CA", e))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls_error("config", e))?;
+    let roots = Arc::new(roots);
+    let builder = if t.skip_hostname_verification {
+        let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(roots, provider)
+            .build()
+            .map_err(|e| tls_error("config", e))?;
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(ChainOnly(inner)))
+    } else {
+        builder.with_root_certificates(roots)
+    };
+    let config = match &t.client {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_file_iter(cert)
+                .map_err(|e| tls_error("client certificate", e))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| tls_error("client certificate", e))?;
+            let key = PrivateKeyDer::from_pem_file(key).map_err(|e| tls_error("client key", e))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| tls_error("client certificate", e))?
+        }
+    };
+    Ok(TlsConfig::from(fred::types::config::TlsConnector::from(
+        config,
+    )))
+}
+
+/// Verifies the certificate chain but accepts any host name
+/// (`REDIS_TLS_SKIP_HOSTNAME_VERIFICATION`).
+#[derive(Debug)]
+struct ChainOnly(Arc<rustls::client::WebPkiServerVerifier>);
+
+impl rustls::client::danger::ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &rustls::pki_types::ServerName<'_>,
+        ocsp: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+        {
+            Err(rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName))
+            | Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidForNameContext { .. },
+            )) => Ok(rustls::client::danger::ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+/// The start-up back-off (`REDIS_STARTUP_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartupRetry {
+    /// First delay.
+    pub initial: Duration,
+    /// Largest delay.
+    pub max: Duration,
+    /// Give up after this long; zero retries forever.
+    pub max_elapsed: Duration,
+}
+
+impl Default for StartupRetry {
+    fn default() -> Self {
+        StartupRetry {
+            initial: Duration::from_secs(1),
+            max: Duration::from_secs(30),
+            max_elapsed: Duration::ZERO,
+        }
+    }
+}
+
+/// Connects one deployment, retrying until `PING` answers `PONG`.
+async fn connect_one(options: &RedisOptions, retry: StartupRetry) -> Result<Backend, StoreError> {
+    let started = Instant::now();
+    let mut delay = retry.initial.max(Duration::from_millis(10));
+    loop {
+        let pool = options.pool()?;
+        let attempt = async {
+            pool.init().await.map_err(|e| super::store_error(&e))?;
+            let pong: String = pool.ping(None).await.map_err(|e| super::store_error(&e))?;
+            if pong != "PONG" {
+                return Err(StoreError {
+                    kind: StoreErrorKind::Rejected,
+                    message: format!("unexpected PING reply {pong:?}"),
+                });
+            }
+            Ok(())
+        };
+        match attempt.await {
+            Ok(()) => {
+                let clustered = matches!(options.target, Target::Cluster { .. });
+                return Ok(Backend {
+                    pool,
+                    clustered,
+                    script: Script::from_lua(super::scripts::FIXED_WINDOW),
+                });
+            }
+            Err(e) => {
+                let _ = pool.quit().await;
+                let elapsed = started.elapsed();
+                if !retry.max_elapsed.is_zero() && elapsed >= retry.max_elapsed {
+                    return Err(StoreError {
+                        kind: e.kind,
+                        message: format!(
+                            "timed out waiting for Redis connection to {} after {:?}: {}",
+                            options.display, elapsed, e.message
+                        ),
+                    });
+                }
+                tracing::warn!(
+                    "Redis {} not ready ({}); retrying in {:?}",
+                    options.display,
+                    e.message,
+                    delay
+                );
+                // Jitter between the minimum and the exponential value.
+                let wait = retry.initial
+                    + (delay.saturating_sub(retry.initial)).mul_f64(rand::random::<f64>());
+                tokio::time::sleep(wait).await;
+                delay = (delay * 2).min(retry.max.max(retry.initial));
+            }
+        }
+    }
+}
+
+/// Connects the main Redis and, if given, the per-second one (first, as
+/// the original does), each blocking until it answers.
+pub async fn connect(
+    main: &RedisOptions,
+    per_second: Option<&RedisOptions>,
+    retry: StartupRetry,
+) -> Result<RedisStore, StoreError> {
+    let per_second = match per_second {
+        Some(o) => Some(connect_one(o, retry).await?),
+        None => None,
+    };
+    let main = connect_one(main, retry).await?;
+    Ok(RedisStore { main, per_second })
+}

@@ -1,0 +1,190 @@
+//! The Redis store (runtime.md §5): fixed-window counters in Redis single,
+//! sentinel or cluster, through `fred`, with the original's keys.
+//!
+//! Every request costs one `EVALSHA` per node touched (per hash slot in
+//! Redis Cluster, sent concurrently) instead of the original's
+//! `INCRBY` + `EXPIRE` per key; see [`scripts`]. `fred` pipelines commands on
+//! its connections, so concurrent requests share round trips.
+//!
+//! With `REDIS_PERSECOND`, counters of one-second windows go to their own
+//! Redis, as in the original.
+//!
+//! Atomicity: all counters of a request on one node are decided in one
+//! script. With `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` and counters on
+//! several nodes (slots, or main and per-second Redis), the values are read
+//! first and the increments decided from them; a concurrent request can
+//! change a counter between the two steps, so across nodes the over-deduction
+//! is bounded by the hits of the requests in flight on those keys (the
+//! original has this race on every request).
+
+pub mod connect;
+pub mod scripts;
+pub mod url;
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use fred::clients::Pool;
+use fred::interfaces::ClientLike;
+use fred::types::scripts::Script;
+
+use super::{Increment, IncrementPolicy, Store, StoreError, StoreErrorKind};
+
+pub use connect::{connect, RedisOptions, StartupRetry};
+
+/// One Redis deployment (main or per-second) and its loaded script.
+#[derive(Debug)]
+struct Backend {
+    pool: Pool,
+    clustered: bool,
+    script: Script,
+}
+
+/// Fixed-window counters in Redis.
+#[derive(Debug)]
+pub struct RedisStore {
+    main: Backend,
+    per_second: Option<Backend>,
+}
+
+fn store_error(e: &fred::error::Error) -> StoreError {
+    use fred::error::ErrorKind as K;
+    let kind = match e.kind() {
+        K::Timeout => StoreErrorKind::Timeout,
+        K::IO | K::Canceled | K::Cluster | K::Sentinel | K::Routing | K::Backpressure => {
+            StoreErrorKind::Unavailable
+        }
+        _ => StoreErrorKind::Rejected,
+    };
+    let message = if e.details().is_empty() {
+        format!("{:?}", e.kind())
+    } else {
+        e.details().to_string()
+    };
+    StoreError { kind, message }
+}
+
+impl Backend {
+    /// Runs the script on one node for `keys` (all in one slot).
+    async fn run(
+        &self,
+        mode: &str,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Vec<u64>, StoreError> {
+        let mut argv = Vec::with_capacity(args.len() + 1);
+        argv.push(mode.to_string());
+        argv.extend(args);
+        let client = self.pool.next();
+        let values: Vec<i64> = self
+            .script
+            .evalsha_with_reload(client, keys, argv)
+            .await
+            .map_err(|e| store_error(&e))?;
+        Ok(values.into_iter().map(|v| v.max(0) as u64).collect())
+    }
+}
+
+/// A group of batch positions that one script call can serve.
+type Groups = BTreeMap<(bool, u16), Vec<usize>>;
+
+impl RedisStore {
+    fn backend(&self, per_second: bool) -> &Backend {
+        match (&self.per_second, per_second) {
+            (Some(b), true) => b,
+            _ => &self.main,
+        }
+    }
+
+    /// Batch positions grouped by (per-second Redis?, hash slot).
+    fn groups(&self, batch: &[Increment]) -> Groups {
+        let mut groups = Groups::new();
+        for (i, inc) in batch.iter().enumerate() {
+            let per_second = self.per_second.is_some() && inc.window.length == 1;
+            let slot = if self.backend(per_second).clustered {
+                fred::util::redis_keyslot(inc.key.as_bytes())
+            } else {
+                0
+            };
+            groups.entry((per_second, slot)).or_default().push(i);
+        }
+        groups
+    }
+
+    /// Runs `mode` for every group concurrently; `hits[i]` overrides the
+    /// batch's hits. Returns values in batch order.
+    async fn run_groups(
+        &self,
+        mode: &str,
+        batch: &[Increment],
+        groups: &Groups,
+        hits: &[u64],
+    ) -> Result<Vec<u64>, StoreError> {
+        let calls = groups.iter().map(|((per_second, _), positions)| {
+            let keys = positions.iter().map(|&i| batch[i].key.clone()).collect();
+            let args = positions
+                .iter()
+                .flat_map(|&i| {
+                    [
+                        hits[i].to_string(),
+                        batch[i].ttl_seconds.to_string(),
+                        batch[i].limit.to_string(),
+                    ]
+                })
+                .collect();
+            self.backend(*per_second).run(mode, keys, args)
+        });
+        let results = futures::future::join_all(calls).await;
+        let mut out = vec![0; batch.len()];
+        for (positions, result) in groups.values().zip(results) {
+            for (&i, v) in positions.iter().zip(result?) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Closes every connection.
+    pub async fn quit(&self) {
+        let _ = self.main.pool.quit().await;
+        if let Some(b) = &self.per_second {
+            let _ = b.pool.quit().await;
+        }
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    async fn increment(
+        &self,
+        batch: &[Increment],
+        policy: IncrementPolicy,
+    ) -> Result<Vec<u64>, StoreError> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let groups = self.groups(batch);
+        let hits: Vec<u64> = batch.iter().map(|i| i.hits).collect();
+        match policy {
+            IncrementPolicy::Always => self.run_groups("always", batch, &groups, &hits).await,
+            IncrementPolicy::OnlyIfNoneWouldExceed if groups.len() == 1 => {
+                self.run_groups("stop", batch, &groups, &hits).await
+            }
+            IncrementPolicy::OnlyIfNoneWouldExceed => {
+                let current = self.run_groups("read", batch, &groups, &hits).await?;
+                let exceeds: Vec<bool> = batch
+                    .iter()
+                    .zip(&current)
+                    .map(|(inc, &c)| c.saturating_add(inc.hits) > inc.limit)
+                    .collect();
+                let any = exceeds.iter().any(|&e| e);
+                let hits: Vec<u64> = batch
+                    .iter()
+                    .zip(&exceeds)
+                    .map(|(inc, &e)| if !any || e { inc.hits } else { 0 })
+                    .collect();
+                self.run_groups("always", batch, &groups, &hits).await
+            }
+        }
+    }
+}
