@@ -501,3 +501,130 @@ async fn exact_admission_single() {
 async fn exact_admission_cluster() {
     exact_admission(&Redis::Cluster(RedisCluster::start()), &[1, 100, 10_000]).await;
 }
+
+/// Runs the binary expecting it to refuse to start; its stderr.
+fn refused(env: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = support::config_dir(dir.path());
+    std::fs::create_dir_all(&cfg).expect("config dir");
+    std::fs::write(cfg.join("rules.yaml"), RULES).expect("rules");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit"))
+        .env_clear()
+        .env("USE_STATSD", "false")
+        .env("RUNTIME_ROOT", dir.path().join("current"))
+        .env("RUNTIME_SUBDIRECTORY", "ratelimit")
+        .env("PORT", "0")
+        .env("GRPC_PORT", "0")
+        .env("DEBUG_PORT", "0")
+        .envs(env.iter().copied())
+        .output()
+        .expect("binary runs");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+#[test]
+fn malformed_redis_settings_are_clear_start_up_errors() {
+    for (ty, url) in [
+        ("single", "localhost"),
+        ("sentinel", "mymaster"),
+        ("cluster", "a:1,b"),
+        ("single", "redis://h:1/x"),
+    ] {
+        let err = refused(&[
+            ("BACKEND_TYPE", "redis"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_TYPE", ty),
+            ("REDIS_URL", url),
+        ]);
+        assert!(err.contains("REDIS_URL="), "{err}");
+    }
+    let err = refused(&[
+        ("BACKEND_TYPE", "redis"),
+        ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "CREATE"),
+    ]);
+    assert!(err.contains("REDIS_POOL_ON_EMPTY_BEHAVIOR"), "{err}");
+    // A Redis that never answers: gives up after REDIS_STARTUP_MAX_ELAPSED_TIME.
+    let port = support::redis::free_port().to_string();
+    let url = format!("127.0.0.1:{port}");
+    let err = refused(&[
+        ("BACKEND_TYPE", "redis"),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", &url),
+        ("REDIS_STARTUP_INITIAL_INTERVAL", "50ms"),
+        ("REDIS_STARTUP_MAX_ELAPSED_TIME", "500ms"),
+    ]);
+    assert!(
+        err.contains("timed out waiting for Redis connection to"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_with_password_and_user() {
+    let server = RedisServer::start_with(&["--requirepass", "pa:ss"]);
+    let addr = server.addr();
+    // A password with ':' is written with an empty user (`[W18]`).
+    let svc = Service::start(
+        &[("rules.yaml", RULES)],
+        &[
+            ("BACKEND_TYPE", "redis"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", &addr),
+            ("REDIS_AUTH", ":pa:ss"),
+        ],
+    );
+    assert_eq!(one(&svc, "l10", "auth", None).await.0, OK);
+    // user:password form, with the default user.
+    let svc = Service::start(
+        &[("rules.yaml", RULES)],
+        &[
+            ("BACKEND_TYPE", "redis"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", &addr),
+            ("REDIS_AUTH", "default:pa:ss"),
+        ],
+    );
+    assert_eq!(one(&svc, "l10", "auth", None).await, (OK, 8));
+    // A wrong password never connects.
+    let err = refused(&[
+        ("BACKEND_TYPE", "redis"),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", &addr),
+        ("REDIS_AUTH", "wrong"),
+        ("REDIS_STARTUP_INITIAL_INTERVAL", "50ms"),
+        ("REDIS_STARTUP_MAX_ELAPSED_TIME", "500ms"),
+    ]);
+    assert!(
+        err.contains("timed out waiting for Redis connection"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_follows_the_redis_connection_when_asked() {
+    let mut server = RedisServer::start();
+    let addr = server.addr();
+    let svc = Service::start(
+        &[("rules.yaml", RULES)],
+        &[
+            ("BACKEND_TYPE", "redis"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", &addr),
+            ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "true"),
+        ],
+    );
+    assert_eq!(svc.http("GET", "/healthcheck", b"").status, 200);
+    server.kill();
+    assert!(svc.eventually(Duration::from_secs(10), || svc
+        .http("GET", "/healthcheck", b"")
+        .status
+        == 500));
+    server.restart();
+    assert!(svc.eventually(Duration::from_secs(15), || svc
+        .http("GET", "/healthcheck", b"")
+        .status
+        == 200));
+}

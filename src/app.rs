@@ -163,6 +163,23 @@ pub async fn run(
             } else {
                 None
             };
+            for (name, b) in [
+                (
+                    "REDIS_POOL_ON_EMPTY_BEHAVIOR",
+                    r.main.pool_on_empty_behavior,
+                ),
+                (
+                    "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
+                    r.per_second.pool_on_empty_behavior,
+                ),
+            ] {
+                if b != crate::settings::PoolOnEmptyBehavior::Wait {
+                    // The original refuses these at start-up too.
+                    return Err(AppError::Unsupported(format!(
+                        "{name}={b:?} is not supported; use WAIT (the default)"
+                    )));
+                }
+            }
             let retry = StartupRetry {
                 initial: r.startup_initial_interval,
                 max: r.startup_max_interval,
@@ -173,6 +190,14 @@ pub async fn run(
                 s = connecting => s.map_err(|e| AppError::Unsupported(e.message))?,
                 _ = shutdown.clone() => return Ok(()),
             };
+            if r.health_check_active_connection {
+                let health = health.clone();
+                let handle = tokio::runtime::Handle::current();
+                store.watch_connections(Arc::new(move |up| {
+                    let health = health.clone();
+                    handle.spawn(async move { health.set(Component::Backend, up).await });
+                }));
+            }
             (Arc::new(store) as Arc<dyn Store>, None)
         }
         BackendType::Memcache => {

@@ -309,7 +309,7 @@ vars! {
     /// As `REDIS_CLUSTER_PIPELINE_PARALLELISM`.
     ENV_REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM = "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", Int, "1", Accepted;
     /// Tie the `redis` health component to live connections (runtime spec §5.9).
-    ENV_REDIS_HEALTH_CHECK_ACTIVE_CONNECTION = "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", Bool, "false", Accepted;
+    ENV_REDIS_HEALTH_CHECK_ACTIVE_CONNECTION = "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", Bool, "false", Active;
     /// Dial timeout (main).
     ENV_REDIS_TIMEOUT = "REDIS_TIMEOUT", Duration, "10s", Active;
     /// Dial timeout (per-second).
@@ -478,6 +478,7 @@ mod tests {
                 ENV_REDIS_PERSECOND_TLS,
                 ENV_REDIS_SENTINEL_AUTH,
                 ENV_REDIS_PERSECOND_SENTINEL_AUTH,
+                ENV_REDIS_HEALTH_CHECK_ACTIVE_CONNECTION,
                 ENV_REDIS_TIMEOUT,
                 ENV_REDIS_PERSECOND_TIMEOUT,
                 ENV_REDIS_POOL_ON_EMPTY_BEHAVIOR,

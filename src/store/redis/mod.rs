@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use fred::clients::Pool;
-use fred::interfaces::ClientLike;
+use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::scripts::Script;
 
 use super::{Increment, IncrementPolicy, Store, StoreError, StoreErrorKind};
@@ -142,6 +142,33 @@ impl RedisStore {
             }
         }
         Ok(out)
+    }
+
+    /// Calls `on_change(false)` when a connection to Redis fails and
+    /// `on_change(true)` when one is re-established
+    /// (`REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`, runtime.md §5.9). The
+    /// listener tasks end when the store's connections are closed.
+    pub fn watch_connections(&self, on_change: std::sync::Arc<dyn Fn(bool) + Send + Sync>) {
+        let backends = std::iter::once(&self.main).chain(self.per_second.as_ref());
+        for backend in backends {
+            for client in backend.pool.clients() {
+                let up = std::sync::Arc::clone(&on_change);
+                client.on_reconnect(move |_| {
+                    up(true);
+                    async { Ok(()) }
+                });
+                let down = std::sync::Arc::clone(&on_change);
+                client.on_error(move |(e, _)| {
+                    if matches!(
+                        e.kind(),
+                        fred::error::ErrorKind::IO | fred::error::ErrorKind::Canceled
+                    ) {
+                        down(false);
+                    }
+                    async { Ok(()) }
+                });
+            }
+        }
     }
 
     /// Closes every connection.

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Load test of the Redis store against the in-memory store and the no-op RLS
+# ceiling, in one run, on loopback only, bounded in time (about 3 minutes).
+# Starts its own redis-server and a 6-node Redis Cluster (3 primaries,
+# 3 replicas) on free ports and removes them at the end.
+#
+#   integration/load/redis.sh [DURATION]
+#
+# Reports, for 1 descriptor per request and the same client, connections
+# and concurrency: no-op, memory, Redis, Redis Cluster (peak and ~half
+# load), the Redis commands per decision from INFO commandstats, and
+# redis-benchmark running the same Lua script directly against Redis.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DURATION=${1:-5s}
+CONNS=${CONNS:-2}
+CONC=${CONC:-32}
+D=${DESCRIPTORS:-1}
+
+command -v redis-server >/dev/null || { echo "redis-server is required (scripts/test.sh installs it)" >&2; exit 1; }
+cargo build --release --locked --bin ratelimit --bin ratelimit-bench >&2
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_ports() { # N [cluster]: N free loopback ports (with port+10000 free too for clusters)
+    python3 - "$@" <<'PY'
+import socket, sys
+n, cluster = int(sys.argv[1]), len(sys.argv) > 2
+def free(p):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p)); return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+out = []
+while len(out) < n:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
+    if p not in out and (not cluster or (p + 10000 < 65536 and free(p + 10000))):
+        out.append(p)
+print(" ".join(map(str, out)))
+PY
+}
+
+start_redis() { # PORT [args...]
+    local port=$1; shift
+    mkdir -p "$work/r$port"
+    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work/r$port" "$@" \
+        >"$work/r$port.log" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && return; sleep 0.05; done
+    echo "redis on $port did not start" >&2; exit 1
+}
+
+read -r single <<<"$(free_ports 1)"
+start_redis "$single"
+read -r -a cports <<<"$(free_ports 6 cluster)"
+for p in "${cports[@]}"; do
+    start_redis "$p" --cluster-enabled yes --cluster-config-file "nodes-$p.conf" --cluster-node-timeout 2000 \
+        --repl-diskless-sync-delay 0
+done
+redis-cli --cluster create $(printf '127.0.0.1:%s ' "${cports[@]}") --cluster-replicas 1 --cluster-yes >/dev/null
+for _ in $(seq 200); do
+    redis-cli -p "${cports[0]}" cluster info | grep -q cluster_state:ok && break; sleep 0.1
+done
+
+root="$work/runtime"
+mkdir -p "$root/ratelimit/config"
+cp integration/load/config/bench.yaml "$root/ratelimit/config/"
+
+start_service() { # extra env...
+    env -i PATH="$PATH" USE_STATSD=false RUNTIME_ROOT="$root" RUNTIME_SUBDIRECTORY=ratelimit \
+        RUNTIME_WATCH_ROOT=false HOST=127.0.0.1 PORT=0 DEBUG_HOST=127.0.0.1 DEBUG_PORT=0 \
+        GRPC_HOST=127.0.0.1 GRPC_PORT=0 REDIS_SOCKET_TYPE=tcp "$@" \
+        target/release/ratelimit 2>"$work/svc.log" &
+    svc=$!
+    grpc=""
+    for _ in $(seq 100); do
+        grpc=$(sed -n "s/.*Listening for gRPC on '\([^']*\)'.*/\1/p" "$work/svc.log")
+        [ -n "$grpc" ] && return
+        sleep 0.1
+    done
+    cat "$work/svc.log" >&2; exit 1
+}
+
+bench() { # label target concurrency
+    local out
+    out=$(target/release/ratelimit-bench run --target "$2" --connections "$CONNS" --concurrency "$3" \
+        --duration "$DURATION" --warmup 1s --descriptors "$D" --keys uniform:10000 | tail -1)
+    echo "$1 $(echo "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print("rps=%d p50_us=%d p99_us=%d p999_us=%d errors=%d" % (d["rps"], d["p50_us"], d["p99_us"], d["p999_us"], d["errors"]))')"
+}
+
+echo "=== $D descriptor(s) per request; peak: $CONNS connections x $CONC in flight; half load: $CONNS x 2"
+target/release/ratelimit-bench noop --listen 127.0.0.1:0 >"$work/noop.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 50); do noop=$(sed -n 's/^listening on //p' "$work/noop.log"); [ -n "$noop" ] && break; sleep 0.1; done
+bench "noop    peak" "$noop" "$CONC"
+
+start_service BACKEND_TYPE=memory
+bench "memory  peak" "$grpc" "$CONC"
+bench "memory  half" "$grpc" 2
+kill "$svc"; wait "$svc" 2>/dev/null || true
+
+start_service BACKEND_TYPE=redis REDIS_URL="127.0.0.1:$single"
+redis-cli -p "$single" config resetstat >/dev/null
+bench "redis   peak" "$grpc" "$CONC"
+bench "redis   half" "$grpc" 2
+calls=$(redis-cli -p "$single" info commandstats | sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\).*/\1/p')
+other=$(redis-cli -p "$single" info commandstats | grep -E '^cmdstat_(incrby|expire|get|set):' | grep -v evalsha | tr '\n' ' ')
+echo "redis   commands: evalsha=$calls (inside scripts: $other)"
+kill "$svc"; wait "$svc" 2>/dev/null || true
+
+start_service BACKEND_TYPE=redis REDIS_TYPE=cluster REDIS_URL="$(printf '127.0.0.1:%s,' "${cports[@]:0:3}" | sed 's/,$//')"
+bench "cluster peak" "$grpc" "$CONC"
+bench "cluster half" "$grpc" 2
+kill "$svc"; wait "$svc" 2>/dev/null || true
+
+sha=$(redis-cli -p "$single" script load "$(cat src/store/redis/fixed_window.lua)")
+rb=$(redis-benchmark -p "$single" -c 64 -n 300000 -r 10000 -q \
+    evalsha "$sha" 1 "bench_key_v__rand_int___0" always 1 60 4000000000 | tr '\r' '\n' | tail -1)
+echo "redis-benchmark (same script, 64 clients): $rb"
