@@ -628,3 +628,162 @@ async fn health_follows_the_redis_connection_when_asked() {
         .status
         == 200));
 }
+
+const BASIC: &str = "
+domain: basic
+descriptors:
+  - key: key1
+    rate_limit: {unit: second, requests_per_unit: 50}
+  - key: key1_local
+    rate_limit: {unit: second, requests_per_unit: 50}
+  - key: one_per_minute
+    rate_limit: {unit: minute, requests_per_unit: 1}
+";
+const ANOTHER: &str = "
+domain: another
+descriptors:
+  - key: key2
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: key3
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: key2_local
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: key3_local
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: key4
+    rate_limit: {unit: day, requests_per_unit: 20}
+  - key: key4_local
+    rate_limit: {unit: day, requests_per_unit: 20}
+";
+
+/// runtime.md §14.3 I-1, the original's "basic" integration test, steps 1–5,
+/// with and without a local cache (`S` = `_local`).
+async fn basic_scenario(env: &[(&str, &str)], local: bool) {
+    wait_for_fresh_window(60, 15);
+    let mut env: Vec<(&str, &str)> = env.to_vec();
+    if local {
+        env.push(("LOCAL_CACHE_SIZE_IN_BYTES", "1000"));
+    }
+    let svc = Service::start(&[("basic.yaml", BASIC), ("another.yaml", ANOTHER)], &env);
+    let s = if local { "_local" } else { "" };
+    let stat = |name: &str| svc.stat(name);
+    let mut c = svc.client().await;
+    // 1. Unknown domain.
+    let r = call(
+        &mut c,
+        request("foo", vec![desc(&[(&format!("hello{s}"), "world")])]),
+    )
+    .await
+    .expect("call");
+    assert_eq!((r.overall_code, r.statuses[0].code), (OK, OK));
+    // 2. First hit of a 50/s rule.
+    let r = call(
+        &mut c,
+        request("basic", vec![desc(&[(&format!("key1{s}"), "foo")])]),
+    )
+    .await
+    .expect("call");
+    let st = &r.statuses[0];
+    assert_eq!((st.code, st.limit_remaining), (OK, 49));
+    assert_eq!(
+        stat(&format!(
+            "ratelimit.service.rate_limit.basic.key1{s}.total_hits"
+        )),
+        1
+    );
+    // 3. 25 calls on a 20/min rule.
+    let k2 = format!("key2{s}");
+    let r1 = format!("r{}", std::process::id());
+    for i in 0..25u32 {
+        let r = call(&mut c, request("another", vec![desc(&[(&k2, &r1)])]))
+            .await
+            .expect("call");
+        let st = &r.statuses[0];
+        if i < 20 {
+            assert_eq!(
+                (st.code, st.limit_remaining),
+                (OK, 19 - i),
+                "step 3 call {i}"
+            );
+        } else {
+            assert_eq!((st.code, st.limit_remaining), (OVER, 0), "step 3 call {i}");
+        }
+        assert_eq!(r.overall_code, st.code);
+        let base = format!("ratelimit.service.rate_limit.another.{k2}");
+        assert_eq!(stat(&format!("{base}.total_hits")), u64::from(i) + 1);
+        assert_eq!(
+            stat(&format!("{base}.over_limit")),
+            u64::from(i.saturating_sub(19))
+        );
+        let cached = if local && i >= 20 {
+            u64::from(i - 20)
+        } else {
+            0
+        };
+        assert_eq!(stat(&format!("{base}.over_limit_with_local_cache")), cached);
+    }
+    // 4. 15 calls with two descriptors: 20/min and 10/hour.
+    let k3 = format!("key3{s}");
+    let r2 = format!("q{}", std::process::id());
+    for i in 0..15u32 {
+        let r = call(
+            &mut c,
+            request("another", vec![desc(&[(&k2, &r2)]), desc(&[(&k3, &r2)])]),
+        )
+        .await
+        .expect("call");
+        assert_eq!(
+            (r.statuses[0].code, r.statuses[0].limit_remaining),
+            (OK, 19 - i),
+            "step 4 call {i}"
+        );
+        let want = if i < 10 { (OK, 9 - i) } else { (OVER, 0) };
+        assert_eq!(
+            (r.statuses[1].code, r.statuses[1].limit_remaining),
+            want,
+            "step 4 call {i}"
+        );
+        assert_eq!(r.overall_code, r.statuses[1].code);
+        let base3 = format!("ratelimit.service.rate_limit.another.{k3}");
+        assert_eq!(stat(&format!("{base3}.total_hits")), u64::from(i) + 1);
+        assert_eq!(
+            stat(&format!("{base3}.over_limit")),
+            u64::from(i.saturating_sub(9))
+        );
+    }
+    // 5. Reset times count down.
+    let k4 = format!("key4{s}");
+    let first = call(&mut c, request("another", vec![desc(&[(&k4, "durTest")])]))
+        .await
+        .expect("call");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let second = call(&mut c, request("another", vec![desc(&[(&k4, "durTest")])]))
+        .await
+        .expect("call");
+    let d = |r: &envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse| {
+        r.statuses[0]
+            .duration_until_reset
+            .expect("duration")
+            .seconds
+    };
+    assert!(d(&second) < d(&first), "{} then {}", d(&first), d(&second));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn basic_scenario_every_backend() {
+    basic_scenario(&[("BACKEND_TYPE", "memory")], false).await;
+    basic_scenario(&[("BACKEND_TYPE", "memory")], true).await;
+    let single = Redis::Single(RedisServer::start());
+    let env = single.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    basic_scenario(&env, false).await;
+    basic_scenario(&env, true).await;
+    let mut prefixed = env.clone();
+    prefixed.push(("CACHE_KEY_PREFIX", "prefix:"));
+    basic_scenario(&prefixed, false).await;
+    let cluster = Redis::Cluster(RedisCluster::start());
+    let env = cluster.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    basic_scenario(&env, false).await;
+    basic_scenario(&env, true).await;
+}

@@ -82,11 +82,16 @@ impl Service {
         });
         let (mut grpc, mut http, mut debug) = (None, None, None);
         let deadline = Instant::now() + Duration::from_secs(20);
+        let mut seen = Vec::new();
         while grpc.is_none() || http.is_none() || debug.is_none() {
             let left = deadline.saturating_duration_since(Instant::now());
-            let line = rx
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("service did not report its listeners in time"));
+            let line = rx.recv_timeout(left).unwrap_or_else(|_| {
+                panic!(
+                    "service did not report its listeners in time; its log:\n{}",
+                    seen.join("\n")
+                )
+            });
+            seen.push(line.clone());
             let addr = |what: &str| -> Option<SocketAddr> {
                 let marker = format!("Listening for {what} on '");
                 let start = line.find(&marker)? + marker.len();

@@ -293,7 +293,9 @@ async fn connect_one(options: &RedisOptions, retry: StartupRetry) -> Result<Back
                 });
             }
             Err(e) => {
-                let _ = pool.quit().await;
+                if pool.is_connected() {
+                    let _ = pool.quit().await;
+                }
                 let elapsed = started.elapsed();
                 if !retry.max_elapsed.is_zero() && elapsed >= retry.max_elapsed {
                     return Err(StoreError {
