@@ -9,7 +9,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::redis::{RedisCluster, RedisServer};
+use support::redis::{RedisCluster, RedisSentinel, RedisServer};
 use support::*;
 
 const OK: i32 = 1;
@@ -48,6 +48,7 @@ descriptors:
 enum Redis {
     Single(RedisServer),
     Cluster(RedisCluster),
+    Sentinel(RedisSentinel),
 }
 
 impl Redis {
@@ -64,6 +65,10 @@ impl Redis {
                 env.push(("REDIS_TYPE".into(), "cluster".into()));
                 env.push(("REDIS_URL".into(), c.seeds().join(",")));
             }
+            Redis::Sentinel(s) => {
+                env.push(("REDIS_TYPE".into(), "sentinel".into()));
+                env.push(("REDIS_URL".into(), s.url()));
+            }
         }
         env
     }
@@ -72,6 +77,7 @@ impl Redis {
         match self {
             Redis::Single(s) => s.cli(args),
             Redis::Cluster(c) => c.cli(args),
+            Redis::Sentinel(s) => support::redis::redis_cli(s.primary_port(), args).text(),
         }
     }
 
@@ -85,6 +91,7 @@ impl Redis {
                 .iter()
                 .filter_map(|a| a.rsplit_once(':').and_then(|(_, p)| p.parse().ok()))
                 .collect(),
+            Redis::Sentinel(s) => vec![s.primary_port()],
         };
         ports
             .into_iter()
@@ -340,6 +347,7 @@ async fn one_script_per_decision(redis: &Redis) {
         Redis::Single(_) => assert_eq!(evals, 20),
         // One call per slot touched: at most three per request.
         Redis::Cluster(_) => assert!((20..=60).contains(&evals), "evalsha {evals}"),
+        Redis::Sentinel(_) => assert_eq!(evals, 20),
     }
     // INCRBY/EXPIRE run inside the script only (counted by Redis as well).
     assert_eq!(redis.calls("incrby") - before.1, 60);
@@ -786,4 +794,99 @@ async fn basic_scenario_every_backend() {
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     basic_scenario(&env, false).await;
     basic_scenario(&env, true).await;
+    let sentinel = Redis::Sentinel(RedisSentinel::start());
+    let env = sentinel.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    basic_scenario(&env, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_sentinel() {
+    let redis = Redis::Sentinel(RedisSentinel::start());
+    counter_arithmetic(&redis).await;
+    stop_increment(&redis).await;
+    one_script_per_decision(&redis).await;
+}
+
+/// `REDIS_TLS` with a CA and a client certificate (the original's "TLS with
+/// client certificate" variant), and host-name verification skipping.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_over_tls_with_client_certificate() {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).expect("write pem");
+        p.display().to_string()
+    };
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "redis test ca");
+    let ca_key = KeyPair::generate().expect("key");
+    let ca_cert = ca_params.self_signed(&ca_key).expect("ca");
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf = |names: Vec<String>| {
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(names.clone()).expect("params");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, names[0].clone());
+        let cert = params.signed_by(&key, &issuer).expect("leaf");
+        (cert.pem(), key.serialize_pem())
+    };
+    let ca = write("ca.pem", &ca_cert.pem());
+    let (srv_cert, srv_key) = leaf(vec!["localhost".into(), "127.0.0.1".into()]);
+    let (cli_cert, cli_key) = leaf(vec!["client".into()]);
+    let (srv_cert, srv_key) = (write("srv.pem", &srv_cert), write("srv.key", &srv_key));
+    let (cli_cert, cli_key) = (write("cli.pem", &cli_cert), write("cli.key", &cli_key));
+    let tls_port = support::redis::free_port().to_string();
+    let server = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &srv_cert,
+        "--tls-key-file",
+        &srv_key,
+        "--tls-ca-cert-file",
+        &ca,
+        "--tls-auth-clients",
+        "yes",
+    ]);
+    let url = format!("127.0.0.1:{tls_port}");
+    let base = [
+        ("BACKEND_TYPE", "redis"),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", url.as_str()),
+        ("REDIS_TLS", "true"),
+        ("REDIS_TLS_CACERT", ca.as_str()),
+        ("REDIS_TLS_CLIENT_CERT", cli_cert.as_str()),
+        ("REDIS_TLS_CLIENT_KEY", cli_key.as_str()),
+    ];
+    let svc = Service::start(&[("rules.yaml", RULES)], &base);
+    assert_eq!(one(&svc, "l10", "tls", None).await, (OK, 9));
+    // The certificate names 127.0.0.1 and localhost; skipping the host-name
+    // check still verifies the chain.
+    let mut skip = base.to_vec();
+    skip.push(("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true"));
+    let svc = Service::start(&[("rules.yaml", RULES)], &skip);
+    assert_eq!(one(&svc, "l10", "tls", None).await, (OK, 8));
+    // Without the client certificate the server refuses the connection.
+    let no_client: Vec<_> = base
+        .iter()
+        .copied()
+        .filter(|(k, _)| !k.starts_with("REDIS_TLS_CLIENT"))
+        .collect();
+    let mut no_client = no_client;
+    no_client.extend([
+        ("REDIS_STARTUP_INITIAL_INTERVAL", "50ms"),
+        ("REDIS_STARTUP_MAX_ELAPSED_TIME", "500ms"),
+    ]);
+    let err = refused(&no_client);
+    assert!(
+        err.contains("timed out waiting for Redis connection"),
+        "{err}"
+    );
+    drop(server);
 }

@@ -140,10 +140,13 @@ async fn sv03_no_configuration_loaded() {
         svc.stat("ratelimit.service.call.should_rate_limit.service_error"),
         1
     );
-    assert_eq!(svc.stat("ratelimit.service.config_load_error"), 1);
+    // With force start the first load may still be running: wait for it.
+    assert!(svc.eventually(Duration::from_secs(10), || svc
+        .stat("ratelimit.service.config_load_error")
+        == 1));
     assert_eq!(svc.debug("/rlconfig").body, "");
     // Without force start, a failed first load does not stop start-up either.
-    drop(svc.client().await);
+    drop(c);
     svc.signal("TERM");
     assert_eq!(svc.wait_exit(Duration::from_secs(20)), Some(0));
     let svc = Service::start(&[("bad.yaml", "domain: [")], &[]);
@@ -910,4 +913,122 @@ async fn malformed_grpc_requests_are_invalid_argument() {
     assert!(call(&mut c, request("test", vec![desc(&[("a", "x")])]))
         .await
         .is_ok());
+}
+
+#[tokio::test]
+async fn grpc_over_a_unix_socket_replacing_a_stale_socket_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("rls.sock");
+    // A stale socket file from an earlier run (the original refuses to start).
+    drop(std::os::unix::net::UnixListener::bind(&path).expect("stale socket"));
+    let p = path.to_str().expect("utf-8 path").to_string();
+    let _svc = start(&[("GRPC_UDS", &p)]);
+    let channel = tonic::transport::Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let p = p.clone();
+            async move {
+                let s = tokio::net::UnixStream::connect(p).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))
+            }
+        }))
+        .await
+        .expect("unix connect");
+    let mut c = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(channel);
+    let r = call(&mut c, request("test", vec![desc(&[("a", "uds")])]))
+        .await
+        .expect("call");
+    assert_eq!(r.statuses[0].limit_remaining, 9);
+}
+
+#[tokio::test]
+async fn json_logs_when_asked() {
+    let svc = start(&[("LOG_FORMAT", "json")]);
+    // The support reader already consumed the start-up lines; ask for one more.
+    std::fs::write(svc.config_dir().join("bad.yaml"), "domain: [").expect("write");
+    let line = (0..100)
+        .find_map(|_| {
+            svc.log
+                .recv_timeout(Duration::from_millis(100))
+                .ok()
+                .filter(|l| l.contains("Error loading new configuration"))
+        })
+        .expect("an error log line");
+    let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
+    assert_eq!(v["level"], "error");
+    assert!(v["@message"]
+        .as_str()
+        .expect("message")
+        .starts_with("Error loading new configuration: "));
+    assert!(v["@timestamp"].as_str().expect("timestamp").ends_with('Z'));
+}
+
+#[tokio::test]
+async fn statsd_receives_the_original_names_with_extra_tags() {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("statsd listener");
+    let port = listener.local_addr().expect("addr").port().to_string();
+    let svc = start(&[
+        ("USE_STATSD", "true"),
+        ("STATSD_HOST", "127.0.0.1"),
+        ("STATSD_PORT", &port),
+        ("STATS_FLUSH_INTERVAL", "100ms"),
+        ("EXTRA_TAGS", "foo:bar,a:b"),
+    ]);
+    let mut c = svc.client().await;
+    call(&mut c, request("test", vec![desc(&[("a", "statsd")])]))
+        .await
+        .expect("call");
+    let (mut conn, _) = listener.accept().expect("statsd connection");
+    conn.set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let mut got = String::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline && !got.contains("total_hits.__a=b.__foo=bar:1|c") {
+        let mut buf = [0u8; 8192];
+        if let Ok(n) = conn.read(&mut buf) {
+            got.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    }
+    assert!(
+        got.contains("ratelimit.service.rate_limit.test.a.total_hits.__a=b.__foo=bar:1|c"),
+        "{got}"
+    );
+    assert!(
+        got.contains("ratelimit.service.config_load_success.__a=b.__foo=bar:1|c"),
+        "{got}"
+    );
+}
+
+#[tokio::test]
+async fn prometheus_uses_the_original_default_mapping() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("port")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let svc = start(&[("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", &addr)]);
+    let mut c = svc.client().await;
+    for _ in 0..3 {
+        call(&mut c, request("test", vec![desc(&[("normal", "prom")])]))
+            .await
+            .expect("call");
+    }
+    let body = http(addr.parse().expect("addr"), "GET", "/metrics", b"").body;
+    assert!(
+        body.contains(r#"ratelimit_service_rate_limit_over_limit{domain="test",key1="normal"} 1"#),
+        "{body}"
+    );
+    assert!(
+        body.contains(r#"ratelimit_service_rate_limit_total_hits{domain="test",key1="normal"} 3"#),
+        "{body}"
+    );
+    assert!(
+        body.contains("ratelimit_service_config_load_success 1"),
+        "{body}"
+    );
+    assert_eq!(
+        http(addr.parse().expect("addr"), "GET", "/debug/pprof/", b"").status,
+        404
+    );
 }

@@ -309,9 +309,13 @@ pub async fn run(
         let _ = rx.wait_for(|&s| s).await;
     };
 
+    // grpc-go's server defaults, which the original runs with: a keepalive
+    // ping after 2 h idle, answered within 20 s.
     let mut grpc_server = tonic::transport::Server::builder()
         .max_connection_age(l.grpc_max_connection_age)
-        .max_connection_age_grace(l.grpc_max_connection_age_grace);
+        .max_connection_age_grace(l.grpc_max_connection_age_grace)
+        .http2_keepalive_interval(Some(Duration::from_secs(2 * 3600)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)));
     let router = grpc_server
         .add_service(RlsServer::new(Arc::clone(&engine), MAX_GRPC_MESSAGE))
         .add_service(health_service);

@@ -98,7 +98,11 @@ impl Service {
                 let end = line[start..].find('\'')? + start;
                 line[start..end].parse().ok()
             };
-            grpc = grpc.or_else(|| addr("gRPC"));
+            grpc = grpc.or_else(|| addr("gRPC")).or_else(|| {
+                // gRPC on a unix socket: no TCP address to report.
+                line.contains("Listening for gRPC on unix socket")
+                    .then(|| SocketAddr::from(([0, 0, 0, 0], 0)))
+            });
             http = http.or_else(|| addr("HTTP"));
             debug = debug.or_else(|| addr("debug"));
         }
