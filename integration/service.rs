@@ -179,6 +179,10 @@ async fn sv04_sv05_unknown_domain_and_no_rule() {
     let s = &r.statuses[0];
     assert_eq!((s.code, s.limit_remaining), (OK, 0));
     assert!(s.current_limit.is_none() && s.duration_until_reset.is_none());
+    assert_eq!(
+        svc.stat("ratelimit_server.ShouldRateLimit.total_requests"),
+        2
+    );
 }
 
 #[tokio::test]

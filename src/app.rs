@@ -315,7 +315,8 @@ pub async fn run(
         .max_connection_age(l.grpc_max_connection_age)
         .max_connection_age_grace(l.grpc_max_connection_age_grace)
         .http2_keepalive_interval(Some(Duration::from_secs(2 * 3600)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(20)));
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .layer(crate::service::grpc_metrics::GrpcMetricsLayer);
     let router = grpc_server
         .add_service(RlsServer::new(Arc::clone(&engine), MAX_GRPC_MESSAGE))
         .add_service(health_service);

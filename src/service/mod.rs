@@ -3,6 +3,7 @@
 
 pub mod debug;
 pub mod error;
+pub mod grpc_metrics;
 pub mod health;
 pub mod http;
 pub mod json;

@@ -10,7 +10,6 @@ pub mod convert;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
 
 use envoy_types::pb::envoy::service::ratelimit::v3 as pb;
 use tonic::codegen::{http, Body, BoxFuture, Service, StdError};
@@ -54,11 +53,10 @@ impl UnaryService<pb::RateLimitRequest> for ShouldRateLimit {
     fn call(&mut self, request: tonic::Request<pb::RateLimitRequest>) -> Self::Future {
         let engine = Arc::clone(&self.0);
         Box::pin(async move {
-            let started = Instant::now();
             let request = RateLimitRequest::from(request.into_inner());
-            let result = engine.should_rate_limit(&request).await;
-            crate::metrics::record_grpc_call("ShouldRateLimit", started.elapsed());
-            result
+            engine
+                .should_rate_limit(&request)
+                .await
                 .map(|r| tonic::Response::new(r.into()))
                 .map_err(|e| to_status(&e))
         })
