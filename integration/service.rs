@@ -588,41 +588,29 @@ async fn sv19_to_sv21_dynamic_metadata() {
 
 #[tokio::test]
 async fn sv22_limit_override() {
-    wait_for_fresh_window(1, 0);
     let svc = start(&[]);
     let mut c = svc.client().await;
-    let mut last = None;
-    for _ in 0..4 {
-        last = Some(
-            call(
-                &mut c,
-                request("test", vec![desc_override(&[("key", "value")], 3, SECOND)]),
-            )
-            .await
-            .expect("ok"),
-        );
-    }
-    let r = last.expect("four calls");
-    let l = r.statuses[0].current_limit.as_ref().expect("limit");
-    assert_eq!(
-        (l.requests_per_unit, l.unit, l.name.as_str()),
-        (3, SECOND, "")
-    );
-    // Four calls within one second (retry the check once if a second boundary split them).
-    if r.statuses[0].code != OVER {
+    // Four calls within one second: the fourth is over the override's 3/s.
+    // A second boundary can split one burst, so try a few bursts.
+    let mut fourth_over = false;
+    for _ in 0..5 {
         let mut last = None;
         for _ in 0..4 {
-            last = Some(
-                call(
-                    &mut c,
-                    request("test", vec![desc_override(&[("key", "value")], 3, SECOND)]),
-                )
-                .await
-                .expect("ok"),
-            );
+            let req = request("test", vec![desc_override(&[("key", "value")], 3, SECOND)]);
+            last = Some(call(&mut c, req).await.expect("ok"));
         }
-        assert_eq!(last.expect("calls").statuses[0].code, OVER);
+        let r = last.expect("four calls");
+        let l = r.statuses[0].current_limit.as_ref().expect("limit");
+        assert_eq!(
+            (l.requests_per_unit, l.unit, l.name.as_str()),
+            (3, SECOND, "")
+        );
+        if r.statuses[0].code == OVER {
+            fourth_over = true;
+            break;
+        }
     }
+    assert!(fourth_over, "the fourth call of a burst is over the limit");
     assert!(svc.stat("ratelimit.service.rate_limit.test.key_value.total_hits") >= 4);
 }
 
@@ -770,7 +758,7 @@ async fn h2_h3_h4_health() {
 
 #[tokio::test]
 async fn h4_sigterm_fails_health_during_drain_then_exits() {
-    let mut svc = start(&[("SHUTDOWN_DRAIN_DURATION", "2s")]);
+    let mut svc = start(&[("SHUTDOWN_DRAIN_DURATION", "5s")]);
     assert_eq!(svc.http("GET", "/healthcheck", b"").status, 200);
     svc.signal("TERM");
     assert!(svc.eventually(Duration::from_secs(2), || svc
