@@ -1,0 +1,586 @@
+//! Sliding window log: the exact algorithm. The state is the log of admitted
+//! requests in the last window (time and cost of each), so a request of
+//! `cost` is admitted iff
+//!
+//! ```text
+//! Σ cost of entries with time in (now − window, now]  +  cost  ≤  limit
+//! ```
+//!
+//! # Bound
+//!
+//! Exact: in any interval of one window length, the admitted cost is at most
+//! `limit`, and a request is denied only when admitting it would break that
+//! (the tests compare it decision by decision with a naive log that never
+//! forgets). Retries are exact too: a denial's `retry_after` is the instant
+//! the oldest entries that must leave have left.
+//!
+//! # Cost
+//!
+//! Memory grows with the limit (one entry per admitted request, ≈ 70 B in a
+//! Redis sorted set, ≈ 70 KB per active key at 1,000 per minute), which is
+//! why limits above [`MAX_LOG_LIMIT`] are refused. Use it for small,
+//! security-sensitive limits (5 logins per 15 minutes).
+//!
+//! # Time going backwards
+//!
+//! The state keeps the latest `now` it has seen, and every decision is made
+//! at `max(now, latest)`: entries are appended in time order, and a log that
+//! has drained is not fooled by a clock that then steps back into the window
+//! it drained. The bound holds over these effective times.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::decision::{from_nanos, window_nanos, InvalidLimit};
+use super::Decision;
+
+/// The largest limit a sliding log accepts. The log keeps one entry per
+/// admitted request, so memory per key grows with the limit; configs above
+/// this are rejected at validation ([`InvalidLimit::LogLimitTooLarge`]).
+pub const MAX_LOG_LIMIT: u64 = 1_000;
+
+/// An exact sliding window log: at most `limit` per `window`.
+///
+/// Invariants (checked by [`SlidingLog::new`]): `limit ≤ MAX_LOG_LIMIT`;
+/// `1 ≤ window ≤ u64::MAX` ns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingLog {
+    /// The most admitted in any window (0: nothing with a cost is admitted).
+    limit: u64,
+    /// The window, in nanoseconds (`1 ..= u64::MAX`).
+    window_ns: u64,
+}
+
+/// One admitted request: when, and its cost (its multiplicity).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Hit {
+    /// The (effective) time it was admitted, since the Unix epoch.
+    pub at: Duration,
+    /// Its cost (≥ 1: cost-0 queries are not logged).
+    pub cost: u64,
+}
+
+/// The state of one key. `decide` accepts any values (it sorts an unsorted
+/// log and drops what has left the window); the ones it writes keep the
+/// invariants below.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SlidingLogState {
+    /// Admitted requests still inside the window, oldest first; their costs
+    /// sum to at most the limit.
+    pub hits: VecDeque<Hit>,
+    /// The latest effective `now` decided on (≥ every `hits[i].at`): the
+    /// high-water mark that keeps a drained log from admitting on a clock
+    /// that stepped back.
+    pub latest: Duration,
+}
+
+impl SlidingLog {
+    /// At most `limit` per `window`, exactly. Refuses limits above
+    /// [`MAX_LOG_LIMIT`].
+    pub fn new(limit: u64, window: Duration) -> Result<SlidingLog, InvalidLimit> {
+        if limit > MAX_LOG_LIMIT {
+            return Err(InvalidLimit::LogLimitTooLarge {
+                limit,
+                max: MAX_LOG_LIMIT,
+            });
+        }
+        Ok(SlidingLog {
+            limit,
+            window_ns: window_nanos(window)?,
+        })
+    }
+
+    /// The most admitted in any window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The window.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.window_ns)
+    }
+
+    /// Decides a request of `cost` at `now`; `state` is `None` for an absent
+    /// (or expired) key. Returns the decision and the state to store, which
+    /// is pruned and carries the new high-water mark even when nothing was
+    /// admitted.
+    ///
+    /// A cost of 0 asks without logging and is always allowed. A cost above
+    /// the limit is [`Decision::ExceedsCapacity`]. Never panics or overflows.
+    pub fn decide(
+        &self,
+        state: Option<SlidingLogState>,
+        cost: u64,
+        now: Duration,
+    ) -> (Decision, SlidingLogState) {
+        let w = u128::from(self.window_ns);
+        let now_ns = now.as_nanos();
+        let mut state = state.unwrap_or_default();
+        if !is_sorted(&state.hits) {
+            state.hits.make_contiguous().sort_by_key(|hit| hit.at);
+        }
+        let newest = state.hits.back().map_or(Duration::ZERO, |hit| hit.at);
+        let at = now.max(state.latest).max(newest);
+        let at_ns = at.as_nanos();
+        // Keep the entries in (at − window, at].
+        while state
+            .hits
+            .front()
+            .is_some_and(|hit| hit.at.as_nanos() + w <= at_ns)
+        {
+            state.hits.pop_front();
+        }
+        state.latest = at;
+        let used: u128 = state.hits.iter().map(|hit| u128::from(hit.cost)).sum();
+        let limit = u128::from(self.limit);
+        if cost > self.limit {
+            let decision = Decision::ExceedsCapacity {
+                capacity: self.limit,
+                reset_after: self.reset_after(&state, now_ns),
+            };
+            return (decision, state);
+        }
+        if cost == 0 || used + u128::from(cost) <= limit {
+            if cost > 0 {
+                state.hits.push_back(Hit { at, cost });
+            }
+            let used = used + u128::from(cost);
+            let decision = Decision::Allow {
+                // ≤ limit ≤ MAX_LOG_LIMIT.
+                remaining: u64::try_from(limit.saturating_sub(used)).unwrap_or(0),
+                reset_after: self.reset_after(&state, now_ns),
+            };
+            return (decision, state);
+        }
+        // The oldest entries leave first: find how many must go, and the
+        // instant the last of them does (after `at`: every kept entry has
+        // `hit.at + window > at`). Found at the latest when all are gone,
+        // since cost ≤ limit.
+        let mut left = used;
+        let mut retry_at = at_ns + 1;
+        for hit in &state.hits {
+            left -= u128::from(hit.cost);
+            retry_at = hit.at.as_nanos() + w;
+            if left + u128::from(cost) <= limit {
+                break;
+            }
+        }
+        let decision = Decision::Deny {
+            retry_after: from_nanos(retry_at - now_ns),
+            reset_after: self.reset_after(&state, now_ns),
+        };
+        (decision, state)
+    }
+
+    /// The TTL for `state` written at `now`: from `now + expires_after` on,
+    /// deciding on the stored state and on an absent key give the same
+    /// decision and new state, so the store may drop it. That is when the
+    /// newest entry leaves the window (and the high-water mark has passed):
+    /// at most one window after the last admission. Stores round it up to
+    /// their TTL granularity.
+    pub fn expires_after(&self, state: &SlidingLogState, now: Duration) -> Duration {
+        self.reset_after(state, now.as_nanos())
+    }
+
+    fn reset_after(&self, state: &SlidingLogState, now_ns: u128) -> Duration {
+        let w = u128::from(self.window_ns);
+        let drained = state
+            .hits
+            .iter()
+            .map(|hit| hit.at.as_nanos() + w)
+            .max()
+            .unwrap_or(0)
+            .max(state.latest.as_nanos());
+        from_nanos(drained.saturating_sub(now_ns))
+    }
+}
+
+fn is_sorted(hits: &VecDeque<Hit>) -> bool {
+    hits.iter()
+        .zip(hits.iter().skip(1))
+        .all(|(a, b)| a.at <= b.at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const NS: Duration = Duration::from_nanos(1);
+    const MAX_WINDOW: Duration = Duration::from_nanos(u64::MAX);
+
+    fn log(limit: u64, window: Duration) -> SlidingLog {
+        SlidingLog::new(limit, window).expect("valid test parameters")
+    }
+
+    fn ns(n: u64) -> Duration {
+        Duration::from_nanos(n)
+    }
+
+    /// Deny ⇒ retry_after > 0, admitted exactly then and not 1 ns before;
+    /// Allow ⇒ `remaining` is exact; reset_after is the new state's TTL.
+    fn check_answers(
+        l: &SlidingLog,
+        now: Duration,
+        cost: u64,
+        before: &Option<SlidingLogState>,
+        d: Decision,
+        after: &SlidingLogState,
+    ) -> Result<(), TestCaseError> {
+        match d {
+            Decision::Deny { retry_after, .. } => {
+                prop_assert!(retry_after > Duration::ZERO);
+                let at = now + retry_after;
+                prop_assert!(
+                    l.decide(before.clone(), cost, at).0.is_allowed(),
+                    "retry at {at:?}"
+                );
+                prop_assert!(!l.decide(before.clone(), cost, at - NS).0.is_allowed());
+            }
+            Decision::Allow { remaining, .. } => {
+                prop_assert!(l.decide(Some(after.clone()), remaining, now).0.is_allowed());
+                if remaining < l.limit {
+                    prop_assert!(!l
+                        .decide(Some(after.clone()), remaining + 1, now)
+                        .0
+                        .is_allowed());
+                }
+            }
+            Decision::ExceedsCapacity { capacity, .. } => {
+                prop_assert!(cost > capacity);
+                prop_assert_eq!(capacity, l.limit);
+            }
+        }
+        prop_assert_eq!(d.reset_after(), l.expires_after(after, now));
+        prop_assert!(after.hits.iter().map(|h| h.cost).sum::<u64>() <= l.limit);
+        prop_assert!(is_sorted(&after.hits));
+        Ok(())
+    }
+
+    /// Decides `steps` from a fresh key, checking every answer and comparing
+    /// each with a naive log that keeps everything; returns the admitted
+    /// (effective time, cost) pairs.
+    fn simulate(
+        l: &SlidingLog,
+        steps: &[(Duration, u64)],
+    ) -> Result<Vec<(u128, u64)>, TestCaseError> {
+        let w = u128::from(l.window_ns);
+        let mut state = None;
+        let mut admitted: Vec<(u128, u64)> = Vec::new();
+        let mut latest = 0u128;
+        for &(now, cost) in steps {
+            latest = latest.max(now.as_nanos());
+            let in_window: u128 = admitted
+                .iter()
+                .filter(|&&(t, _)| t + w > latest)
+                .map(|&(_, c)| u128::from(c))
+                .sum();
+            let naive = cost == 0 || in_window + u128::from(cost) <= u128::from(l.limit);
+            let (d, s) = l.decide(state.clone(), cost, now);
+            check_answers(l, now, cost, &state, d, &s)?;
+            prop_assert_eq!(d.is_allowed(), naive, "at {:?}, cost {}", now, cost);
+            if d.is_allowed() && cost > 0 {
+                admitted.push((latest, cost));
+            }
+            state = Some(s);
+        }
+        Ok(admitted)
+    }
+
+    /// In every interval of one window length ending at an admission:
+    /// admitted ≤ limit.
+    fn check_bound(l: &SlidingLog, admitted: &[(u128, u64)]) -> Result<(), TestCaseError> {
+        let w = u128::from(l.window_ns);
+        for &(t, _) in admitted {
+            let total: u128 = admitted
+                .iter()
+                .filter(|&&(a, _)| a <= t && a + w > t)
+                .map(|&(_, c)| u128::from(c))
+                .sum();
+            prop_assert!(
+                total <= u128::from(l.limit),
+                "{total} in ({}, {t}]",
+                t + 1 - w
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn five_logins_per_fifteen_minutes() {
+        let l = log(5, Duration::from_secs(15 * 60));
+        let t0 = Duration::from_secs(1_700_000_000);
+        let mut state = None;
+        for i in 0..5u64 {
+            let (d, s) = l.decide(state, 1, t0 + Duration::from_secs(60 * i));
+            assert_eq!(d.remaining(), 4 - i);
+            state = Some(s);
+        }
+        let now = t0 + Duration::from_secs(600);
+        let (d, s) = l.decide(state.clone(), 1, now);
+        assert_eq!(
+            d,
+            Decision::Deny {
+                retry_after: Duration::from_secs(300),
+                reset_after: Duration::from_secs(540),
+            }
+        );
+        // Exactly one window after the first login it has left.
+        let (d, _) = l.decide(Some(s), 1, t0 + Duration::from_secs(900));
+        assert_eq!(
+            d,
+            Decision::Allow {
+                remaining: 0,
+                reset_after: Duration::from_secs(900),
+            }
+        );
+    }
+
+    #[test]
+    fn weighted_costs_leave_together() {
+        let l = log(10, ns(100));
+        let (_, s) = l.decide(None, 4, ns(1_000));
+        let (_, s) = l.decide(Some(s), 5, ns(1_050));
+        assert_eq!(s.hits.len(), 2);
+        // 9 used: 6 needs both gone, the second leaves at 1,150.
+        let (d, _) = l.decide(Some(s.clone()), 6, ns(1_060));
+        assert_eq!(d.retry_after(), Some(ns(90)));
+        // 5 needs only the first gone, at 1,100.
+        let (d, _) = l.decide(Some(s), 5, ns(1_060));
+        assert_eq!(d.retry_after(), Some(ns(40)));
+    }
+
+    #[test]
+    fn limit_above_the_maximum_is_refused() {
+        assert!(SlidingLog::new(MAX_LOG_LIMIT, Duration::from_secs(60)).is_ok());
+        assert_eq!(
+            SlidingLog::new(MAX_LOG_LIMIT + 1, Duration::from_secs(60)),
+            Err(InvalidLimit::LogLimitTooLarge {
+                limit: 1_001,
+                max: MAX_LOG_LIMIT,
+            })
+        );
+        assert_eq!(
+            SlidingLog::new(1, Duration::ZERO),
+            Err(InvalidLimit::ZeroWindow)
+        );
+        assert!(SlidingLog::new(1, Duration::MAX).is_err());
+        let l = log(7, Duration::from_secs(2));
+        assert_eq!((l.limit(), l.window()), (7, Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn cost_above_the_limit_and_zero_limit() {
+        let l = log(3, ns(10));
+        let (d, s) = l.decide(None, 4, ns(5));
+        assert_eq!(
+            d,
+            Decision::ExceedsCapacity {
+                capacity: 3,
+                reset_after: Duration::ZERO,
+            }
+        );
+        assert!(s.hits.is_empty());
+        let closed = log(0, ns(10));
+        assert!(!closed.decide(None, 1, ns(5)).0.is_allowed());
+        assert!(closed.decide(None, 0, ns(5)).0.is_allowed());
+    }
+
+    /// Regression: a log drained by a later `now` must not admit a full
+    /// limit again on a clock that steps back into the drained window.
+    #[test]
+    fn drained_log_remembers_the_latest_time() {
+        let l = log(2, ns(100));
+        let (_, s) = l.decide(None, 2, ns(1_000));
+        let (_, s) = l.decide(Some(s), 0, ns(2_000));
+        assert!(s.hits.is_empty());
+        // Back to 1,010: decided at 2,000, so the new hit is logged there.
+        let (d, s) = l.decide(Some(s), 2, ns(1_010));
+        assert!(d.is_allowed());
+        assert_eq!(s.hits.front().map(|h| h.at), Some(ns(2_000)));
+        assert_eq!(
+            l.decide(Some(s), 1, ns(1_020)).0.retry_after(),
+            Some(ns(1_080))
+        );
+    }
+
+    #[test]
+    fn unsorted_state_is_sorted_first() {
+        let l = log(3, ns(100));
+        let state = SlidingLogState {
+            hits: [(150, 1), (120, 1), (60, 1)]
+                .into_iter()
+                .map(|(at, cost)| Hit { at: ns(at), cost })
+                .collect(),
+            latest: ns(150),
+        };
+        // At 160, the hit at 60 has left: 2 used.
+        let (d, s) = l.decide(Some(state), 1, ns(160));
+        assert_eq!(d.remaining(), 0);
+        assert_eq!(
+            s.hits.iter().map(|h| h.at).collect::<Vec<_>>(),
+            [ns(120), ns(150), ns(160)]
+        );
+    }
+
+    #[test]
+    fn extremes_do_not_overflow() {
+        let century = Duration::from_secs(100 * 365 * 86_400);
+        let times = [Duration::ZERO, NS, century, MAX_WINDOW, Duration::MAX];
+        for l in [
+            log(MAX_LOG_LIMIT, NS),
+            log(MAX_LOG_LIMIT, MAX_WINDOW),
+            log(1, century),
+            log(0, NS),
+        ] {
+            for now in times {
+                for latest in times {
+                    for at in times {
+                        for hit_cost in [0, 1, u64::MAX] {
+                            let state = SlidingLogState {
+                                hits: [
+                                    Hit { at, cost: hit_cost },
+                                    Hit {
+                                        at: NS,
+                                        cost: u64::MAX,
+                                    },
+                                ]
+                                .into_iter()
+                                .collect(),
+                                latest,
+                            };
+                            for cost in [0, 1, MAX_LOG_LIMIT, u64::MAX] {
+                                let (d, s) = l.decide(Some(state.clone()), cost, now);
+                                if let Some(retry) = d.retry_after() {
+                                    assert!(retry > Duration::ZERO);
+                                }
+                                let _ = l.expires_after(&s, now);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// (time, cost) sequences: time moves by a signed fraction of the window
+    /// (permille, plus a few ns of jitter), costs a little above the limit.
+    fn steps(
+        window_ns: u64,
+        limit: u64,
+        backwards: bool,
+    ) -> impl Strategy<Value = Vec<(Duration, u64)>> {
+        let low = if backwards { -1_000i64 } else { 0 };
+        (
+            0u64..(1 << 62),
+            prop::collection::vec((low..=1_500i64, 0u64..=3, 0..=limit + 2), 1..60),
+        )
+            .prop_map(move |(start, moves)| {
+                let mut now = u128::from(start);
+                let mut out = Vec::with_capacity(moves.len());
+                for (permille, jitter, cost) in moves {
+                    let by = u128::from(window_ns) * u128::from(permille.unsigned_abs()) / 1_000
+                        + u128::from(jitter);
+                    now = if permille < 0 {
+                        now.saturating_sub(by)
+                    } else {
+                        now + by
+                    };
+                    out.push((from_nanos(now), cost));
+                }
+                out
+            })
+    }
+
+    fn params() -> impl Strategy<Value = SlidingLog> {
+        (0u64..=20, prop_oneof![1u64..=10, 1u64..=10_000]).prop_map(|(limit, w)| log(limit, ns(w)))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        /// Monotone time: exact (same decisions as a naive log), never above
+        /// the limit in a window, exact retries and remaining.
+        #[test]
+        fn exact_and_never_above_the_limit(
+            (l, steps) in params().prop_flat_map(|l| (Just(l), steps(l.window_ns, l.limit, false)))
+        ) {
+            check_bound(&l, &simulate(&l, &steps)?)?;
+        }
+
+        /// Time going backwards: decided at the high-water mark, exact and
+        /// within the limit over those effective times.
+        #[test]
+        fn backwards_time_keeps_the_bound(
+            (l, steps) in params().prop_flat_map(|l| (Just(l), steps(l.window_ns, l.limit, true)))
+        ) {
+            check_bound(&l, &simulate(&l, &steps)?)?;
+        }
+
+        /// After the TTL an absent key decides exactly as the stored state.
+        #[test]
+        fn expired_state_equals_absent(
+            (l, steps) in params().prop_flat_map(|l| (Just(l), steps(l.window_ns, l.limit, true))),
+            later in 0u64..30_000,
+            cost in 0u64..=20,
+        ) {
+            let mut state = None;
+            for &(t, cost) in &steps {
+                state = Some(l.decide(state, cost, t).1);
+            }
+            let state = state.expect("at least one step");
+            let now = steps[steps.len() - 1].0;
+            let at = now + l.expires_after(&state, now) + ns(later);
+            prop_assert_eq!(l.decide(Some(state), cost, at), l.decide(None, cost, at));
+        }
+
+        /// Extreme parameters (limits to the maximum, windows from 1 ns to
+        /// 584 years, costs to u64::MAX): the laws hold.
+        #[test]
+        fn extreme_parameters_keep_the_laws(
+            limit in prop_oneof![Just(0u64), Just(1u64), Just(MAX_LOG_LIMIT), 0..=MAX_LOG_LIMIT],
+            window_ns in prop_oneof![Just(1u64), Just(u64::MAX), any::<u64>()],
+            moves in prop::collection::vec(
+                (0u64..(1 << 62), prop_oneof![Just(0u64), Just(1u64), Just(u64::MAX), any::<u64>()]),
+                1..20,
+            ),
+        ) {
+            let l = log(limit, ns(window_ns.max(1)));
+            let mut now = 0u128;
+            let mut steps = Vec::with_capacity(moves.len());
+            for (dt, raw) in moves {
+                now += u128::from(dt);
+                // Half the costs within the limit, half anything.
+                let cost = if raw % 2 == 0 { raw % (limit + 1) } else { raw };
+                steps.push((from_nanos(now), cost));
+            }
+            check_bound(&l, &simulate(&l, &steps)?)?;
+        }
+
+        /// Any state, any time, any cost: never panics, denials always wait.
+        #[test]
+        fn arbitrary_inputs_never_panic(
+            limit in 0..=MAX_LOG_LIMIT,
+            window_ns in 1u64..,
+            hits in prop::collection::vec(((any::<u64>(), 0u32..1_000_000_000), any::<u64>()), 0..8),
+            latest in (any::<u64>(), 0u32..1_000_000_000),
+            now in (any::<u64>(), 0u32..1_000_000_000),
+            cost in any::<u64>(),
+        ) {
+            let l = log(limit, ns(window_ns));
+            let state = SlidingLogState {
+                hits: hits
+                    .into_iter()
+                    .map(|((secs, nanos), cost)| Hit { at: Duration::new(secs, nanos), cost })
+                    .collect(),
+                latest: Duration::new(latest.0, latest.1),
+            };
+            let now = Duration::new(now.0, now.1);
+            let (d, s) = l.decide(Some(state), cost, now);
+            if let Some(retry) = d.retry_after() {
+                prop_assert!(retry > Duration::ZERO);
+            }
+            let _ = l.expires_after(&s, now);
+        }
+    }
+}
