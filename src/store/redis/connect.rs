@@ -17,7 +17,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::url::{self, Credentials, Target, UrlError};
-use super::{Backend, RedisStore};
+use super::{Backend, Node, RedisStore};
 use crate::settings::{ClientTlsSettings, RedisSettings};
 use crate::store::{StoreError, StoreErrorKind};
 
@@ -341,9 +341,9 @@ pub async fn connect(
     retry: StartupRetry,
 ) -> Result<RedisStore, StoreError> {
     let per_second = match per_second {
-        Some(o) => Some(connect_one(o, retry).await?),
+        Some(o) => Some(Node::new(connect_one(o, retry).await?)),
         None => None,
     };
-    let main = connect_one(main, retry).await?;
+    let main = Node::new(connect_one(main, retry).await?);
     Ok(RedisStore { main, per_second })
 }

@@ -1,10 +1,11 @@
 //! The Redis store (runtime.md §5): fixed-window counters in Redis single,
 //! sentinel or cluster, through `fred`, with the original's keys.
 //!
-//! Every request costs one `EVALSHA` per node touched (per hash slot in
-//! Redis Cluster, sent concurrently) instead of the original's
-//! `INCRBY` + `EXPIRE` per key; see [`scripts`]. `fred` pipelines commands on
-//! its connections, so concurrent requests share round trips.
+//! Every request costs at most one `EVALSHA` per node touched (per hash
+//! slot in Redis Cluster, sent concurrently) instead of the original's
+//! `INCRBY` + `EXPIRE` per key; see [`scripts`]. On a single node, decisions
+//! that arrive while earlier calls run are coalesced into one call (each
+//! still atomic); see `coalesce`.
 //!
 //! With `REDIS_PERSECOND`, counters of one-second windows go to their own
 //! Redis, as in the original.
@@ -17,6 +18,7 @@
 //! is bounded by the hits of the requests in flight on those keys (the
 //! original has this race on every request).
 
+mod coalesce;
 pub mod connect;
 pub mod scripts;
 pub mod url;
@@ -40,11 +42,36 @@ struct Backend {
     script: Script,
 }
 
+/// A deployment and, for a single node (plain or behind sentinels), the
+/// queue that coalesces its decisions (see [`coalesce`]). Cluster calls go
+/// out directly, one per slot.
+#[derive(Debug)]
+struct Node {
+    backend: std::sync::Arc<Backend>,
+    coalescer: Option<coalesce::Coalescer>,
+}
+
+impl Node {
+    fn new(backend: Backend) -> Node {
+        let backend = std::sync::Arc::new(backend);
+        let coalescer = (!backend.clustered)
+            .then(|| coalesce::Coalescer::spawn(std::sync::Arc::clone(&backend)));
+        Node { backend, coalescer }
+    }
+
+    async fn run(&self, decision: coalesce::Decision) -> Result<Vec<u64>, StoreError> {
+        match &self.coalescer {
+            Some(c) => c.run(decision).await,
+            None => self.backend.run_batch(&[&decision]).await,
+        }
+    }
+}
+
 /// Fixed-window counters in Redis.
 #[derive(Debug)]
 pub struct RedisStore {
-    main: Backend,
-    per_second: Option<Backend>,
+    main: Node,
+    per_second: Option<Node>,
 }
 
 fn store_error(e: &fred::error::Error) -> StoreError {
@@ -65,16 +92,19 @@ fn store_error(e: &fred::error::Error) -> StoreError {
 }
 
 impl Backend {
-    /// Runs the script on one node for `keys` (all in one slot).
-    async fn run(
-        &self,
-        mode: &str,
-        keys: Vec<String>,
-        args: Vec<String>,
-    ) -> Result<Vec<u64>, StoreError> {
-        let mut argv = Vec::with_capacity(args.len() + 1);
-        argv.push(mode.to_string());
-        argv.extend(args);
+    /// One script call for `decisions`, all on one node (one slot); the
+    /// values of every decision's keys, in order.
+    async fn run_batch(&self, decisions: &[&coalesce::Decision]) -> Result<Vec<u64>, StoreError> {
+        let n_keys: usize = decisions.iter().map(|d| d.keys.len()).sum();
+        let mut keys = Vec::with_capacity(n_keys);
+        let mut argv = Vec::with_capacity(1 + 2 * decisions.len() + 3 * n_keys);
+        argv.push(decisions.len().to_string());
+        for d in decisions {
+            argv.push(d.mode.to_string());
+            argv.push(d.keys.len().to_string());
+            argv.extend(d.args.iter().cloned());
+            keys.extend(d.keys.iter().cloned());
+        }
         let client = self.pool.next();
         let values: Vec<i64> = self
             .script
@@ -89,7 +119,7 @@ impl Backend {
 type Groups = BTreeMap<(bool, u16), Vec<usize>>;
 
 impl RedisStore {
-    fn backend(&self, per_second: bool) -> &Backend {
+    fn node(&self, per_second: bool) -> &Node {
         match (&self.per_second, per_second) {
             (Some(b), true) => b,
             _ => &self.main,
@@ -101,7 +131,7 @@ impl RedisStore {
         let mut groups = Groups::new();
         for (i, inc) in batch.iter().enumerate() {
             let per_second = self.per_second.is_some() && inc.window.length == 1;
-            let slot = if self.backend(per_second).clustered {
+            let slot = if self.node(per_second).backend.clustered {
                 fred::util::redis_keyslot(inc.key.as_bytes())
             } else {
                 0
@@ -115,24 +145,27 @@ impl RedisStore {
     /// batch's hits. Returns values in batch order.
     async fn run_groups(
         &self,
-        mode: &str,
+        mode: &'static str,
         batch: &[Increment],
         groups: &Groups,
         hits: &[u64],
     ) -> Result<Vec<u64>, StoreError> {
         let calls = groups.iter().map(|((per_second, _), positions)| {
-            let keys = positions.iter().map(|&i| batch[i].key.clone()).collect();
-            let args = positions
-                .iter()
-                .flat_map(|&i| {
-                    [
-                        hits[i].to_string(),
-                        batch[i].ttl_seconds.to_string(),
-                        batch[i].limit.to_string(),
-                    ]
-                })
-                .collect();
-            self.backend(*per_second).run(mode, keys, args)
+            let decision = coalesce::Decision {
+                mode,
+                keys: positions.iter().map(|&i| batch[i].key.clone()).collect(),
+                args: positions
+                    .iter()
+                    .flat_map(|&i| {
+                        [
+                            hits[i].to_string(),
+                            batch[i].ttl_seconds.to_string(),
+                            batch[i].limit.to_string(),
+                        ]
+                    })
+                    .collect(),
+            };
+            self.node(*per_second).run(decision)
         });
         let results = futures::future::join_all(calls).await;
         let mut out = vec![0; batch.len()];
@@ -149,9 +182,9 @@ impl RedisStore {
     /// (`REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`, runtime.md §5.9). The
     /// listener tasks end when the store's connections are closed.
     pub fn watch_connections(&self, on_change: std::sync::Arc<dyn Fn(bool) + Send + Sync>) {
-        let backends = std::iter::once(&self.main).chain(self.per_second.as_ref());
-        for backend in backends {
-            for client in backend.pool.clients() {
+        let nodes = std::iter::once(&self.main).chain(self.per_second.as_ref());
+        for node in nodes {
+            for client in node.backend.pool.clients() {
                 let up = std::sync::Arc::clone(&on_change);
                 client.on_reconnect(move |_| {
                     up(true);
@@ -173,9 +206,9 @@ impl RedisStore {
 
     /// Closes every connection.
     pub async fn quit(&self) {
-        let _ = self.main.pool.quit().await;
+        let _ = self.main.backend.pool.quit().await;
         if let Some(b) = &self.per_second {
-            let _ = b.pool.quit().await;
+            let _ = b.backend.pool.quit().await;
         }
     }
 }

@@ -1,8 +1,11 @@
 //! The Lua script that makes a fixed-window decision atomic in Redis.
 //!
-//! One call covers every counter of a request that lives on one node (one
-//! hash slot in Redis Cluster). `KEYS` are the counters; `ARGV[1]` is the
-//! mode and then, per key, `hits`, `ttl` and `limit`:
+//! One call carries one or more *decisions*, each every counter of one
+//! request that lives on one node (one hash slot in Redis Cluster); the
+//! whole call is atomic, so each decision is. `ARGV[1]` is the number of
+//! decisions, then per decision its mode, its number of keys and per key
+//! `hits`, `ttl` and `limit`; `KEYS` are the decisions' counters in order.
+//! Modes:
 //!
 //! - `always`: `INCRBY key hits` for every key (the original's behaviour);
 //! - `stop`: `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` — if any key would go
