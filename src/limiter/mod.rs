@@ -11,6 +11,8 @@ pub mod fixed_window;
 pub mod gcra;
 pub mod sliding_log;
 pub mod sliding_window;
+#[cfg(test)]
+mod testing;
 pub mod unit;
 
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -586,26 +586,7 @@ mod tests {
         limit: u64,
         backwards: bool,
     ) -> impl Strategy<Value = Vec<(Duration, u64)>> {
-        let low = if backwards { -1_000i64 } else { 0 };
-        (
-            0u64..(1 << 62),
-            prop::collection::vec((low..=2_000i64, 0u64..=3, 0..=limit + 2), 1..60),
-        )
-            .prop_map(move |(start, moves)| {
-                let mut now = u128::from(start);
-                let mut out = Vec::with_capacity(moves.len());
-                for (permille, jitter, cost) in moves {
-                    let by = u128::from(window_ns) * u128::from(permille.unsigned_abs()) / 1_000
-                        + u128::from(jitter);
-                    now = if permille < 0 {
-                        now.saturating_sub(by)
-                    } else {
-                        now + by
-                    };
-                    out.push((from_nanos(now), cost));
-                }
-                out
-            })
+        crate::limiter::testing::arrivals(window_ns, limit, backwards, 2000)
     }
 
     fn params() -> impl Strategy<Value = SlidingWindowCounter> {
