@@ -1024,3 +1024,26 @@ async fn prometheus_uses_the_original_default_mapping() {
         404
     );
 }
+
+#[test]
+fn bad_settings_are_all_named_and_exit_1() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit"))
+        .env_clear()
+        .env("PORT", "abc")
+        .env("GRPC_PORT", "70000")
+        .env("USE_STATSD", "maybe")
+        .env("REDIS_TIMEOUT", "10")
+        .output()
+        .expect("binary runs");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for name in [
+        "PORT=abc",
+        "GRPC_PORT=70000",
+        "USE_STATSD=maybe",
+        "REDIS_TIMEOUT=10",
+    ] {
+        assert!(err.contains(&format!("{name} is not valid")), "{err}");
+    }
+    assert!(!err.contains("panicked"), "{err}");
+}
