@@ -29,6 +29,7 @@ use crate::metrics::{LocalCacheGauges, MetricsHandle, MetricsOptions, Stats};
 use crate::service::health::{Component, Health};
 use crate::service::rls::RlsServer;
 use crate::settings::{BackendType, ConfigType, Settings};
+use crate::store::memory::SweeperGuard;
 use crate::store::redis::{RedisOptions, StartupRetry};
 use crate::store::{MemoryStore, Store};
 
@@ -51,6 +52,9 @@ pub enum AppError {
         /// Why.
         source: std::io::Error,
     },
+    /// The store could not be reached.
+    #[error("{0}")]
+    Store(String),
     /// The config watcher failed.
     #[error("config watcher: {0}")]
     Watch(#[from] crate::config::watcher::WatchError),
@@ -145,66 +149,9 @@ pub async fn run(
     let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
 
     // The store.
-    let (store, _sweeper): (Arc<dyn Store>, _) = match settings.limiter.backend_type {
-        BackendType::Memory => {
-            let store = Arc::new(MemoryStore::new(Arc::clone(&clock)));
-            let sweeper = store.spawn_sweeper(Duration::from_secs(1));
-            (store, Some(sweeper))
-        }
-        BackendType::Redis => {
-            let r = &settings.redis;
-            let main = RedisOptions::from_settings(&r.main, &r.tls, "REDIS_URL")
-                .map_err(|e| AppError::Unsupported(e.to_string()))?;
-            let per_second = if r.per_second_enabled {
-                Some(
-                    RedisOptions::from_settings(&r.per_second, &r.tls, "REDIS_PERSECOND_URL")
-                        .map_err(|e| AppError::Unsupported(e.to_string()))?,
-                )
-            } else {
-                None
-            };
-            for (name, b) in [
-                (
-                    "REDIS_POOL_ON_EMPTY_BEHAVIOR",
-                    r.main.pool_on_empty_behavior,
-                ),
-                (
-                    "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
-                    r.per_second.pool_on_empty_behavior,
-                ),
-            ] {
-                if b != crate::settings::PoolOnEmptyBehavior::Wait {
-                    // The original refuses these at start-up too.
-                    return Err(AppError::Unsupported(format!(
-                        "{name}={b:?} is not supported; use WAIT (the default)"
-                    )));
-                }
-            }
-            let retry = StartupRetry {
-                initial: r.startup_initial_interval,
-                max: r.startup_max_interval,
-                max_elapsed: r.startup_max_elapsed_time,
-            };
-            let connecting = crate::store::redis::connect(&main, per_second.as_ref(), retry);
-            let store = tokio::select! {
-                s = connecting => s.map_err(|e| AppError::Unsupported(e.message))?,
-                _ = shutdown.clone() => return Ok(()),
-            };
-            if r.health_check_active_connection {
-                let health = health.clone();
-                let handle = tokio::runtime::Handle::current();
-                store.watch_connections(Arc::new(move |up| {
-                    let health = health.clone();
-                    handle.spawn(async move { health.set(Component::Backend, up).await });
-                }));
-            }
-            (Arc::new(store) as Arc<dyn Store>, None)
-        }
-        BackendType::Memcache => {
-            return Err(AppError::Unsupported(
-                "BACKEND_TYPE=memcache is not supported by this build; use redis or memory".into(),
-            ))
-        }
+    let Some((store, _sweeper)) = build_store(&settings, &clock, &health, shutdown.clone()).await?
+    else {
+        return Ok(());
     };
     health.set(Component::Backend, true).await;
 
@@ -430,6 +377,78 @@ fn local_cache_gauges(cache: &LocalCache) -> LocalCacheGauges {
         entry_count: cache.len() as u64,
         ..LocalCacheGauges::default()
     }
+}
+
+/// The store the settings ask for; `None` if a shutdown signal came while
+/// waiting for Redis. The memory store comes with its sweeper's guard.
+async fn build_store(
+    settings: &Settings,
+    clock: &Arc<dyn Clock>,
+    health: &Health,
+    shutdown: impl Future<Output = Signal>,
+) -> Result<Option<(Arc<dyn Store>, Option<SweeperGuard>)>, AppError> {
+    let built: (Arc<dyn Store>, Option<SweeperGuard>) = match settings.limiter.backend_type {
+        BackendType::Memory => {
+            let store = Arc::new(MemoryStore::new(Arc::clone(clock)));
+            let sweeper = store.spawn_sweeper(Duration::from_secs(1));
+            (store, Some(sweeper))
+        }
+        BackendType::Redis => {
+            let r = &settings.redis;
+            let main = RedisOptions::from_settings(&r.main, &r.tls, "REDIS_URL")
+                .map_err(|e| AppError::Unsupported(e.to_string()))?;
+            let per_second = if r.per_second_enabled {
+                Some(
+                    RedisOptions::from_settings(&r.per_second, &r.tls, "REDIS_PERSECOND_URL")
+                        .map_err(|e| AppError::Unsupported(e.to_string()))?,
+                )
+            } else {
+                None
+            };
+            for (name, b) in [
+                (
+                    "REDIS_POOL_ON_EMPTY_BEHAVIOR",
+                    r.main.pool_on_empty_behavior,
+                ),
+                (
+                    "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
+                    r.per_second.pool_on_empty_behavior,
+                ),
+            ] {
+                if b != crate::settings::PoolOnEmptyBehavior::Wait {
+                    // The original refuses these at start-up too.
+                    return Err(AppError::Unsupported(format!(
+                        "{name}={b:?} is not supported; use WAIT (the default)"
+                    )));
+                }
+            }
+            let retry = StartupRetry {
+                initial: r.startup_initial_interval,
+                max: r.startup_max_interval,
+                max_elapsed: r.startup_max_elapsed_time,
+            };
+            let connecting = crate::store::redis::connect(&main, per_second.as_ref(), retry);
+            let store = tokio::select! {
+                s = connecting => s.map_err(|e| AppError::Store(e.message))?,
+                _ = shutdown => return Ok(None),
+            };
+            if r.health_check_active_connection {
+                let health = health.clone();
+                let handle = tokio::runtime::Handle::current();
+                store.watch_connections(Arc::new(move |up| {
+                    let health = health.clone();
+                    handle.spawn(async move { health.set(Component::Backend, up).await });
+                }));
+            }
+            (Arc::new(store) as Arc<dyn Store>, None)
+        }
+        BackendType::Memcache => {
+            return Err(AppError::Unsupported(
+                "BACKEND_TYPE=memcache is not supported by this build; use redis or memory".into(),
+            ))
+        }
+    };
+    Ok(Some(built))
 }
 
 enum GrpcListener {
