@@ -87,6 +87,7 @@ pub struct Engine {
 struct Pending {
     index: usize,
     limit: MatchedLimit,
+    stats: Arc<crate::metrics::RuleStats>,
     hits: u64,
     window: Window,
     key: String,
@@ -255,7 +256,8 @@ impl Engine {
                 limit.share_threshold_key_pattern.as_deref(),
                 window.start,
             );
-            self.stats.rule(&limit.stats_key).total_hits.increment(hits);
+            let stats = self.stats.rule(&limit.stats_key);
+            stats.total_hits.increment(hits);
             let cached_over = self
                 .local_cache
                 .as_ref()
@@ -263,6 +265,7 @@ impl Engine {
             out.push(Pending {
                 index,
                 limit,
+                stats,
                 hits,
                 window,
                 key,
@@ -317,7 +320,7 @@ impl Engine {
     /// The status of one counted descriptor, with its per-rule stats.
     fn status(&self, p: &Pending, after: Option<u64>, now: u64) -> DescriptorStatus {
         let rule = &p.limit.rule;
-        let stats = self.stats.rule(&p.limit.stats_key);
+        let stats = &p.stats;
         let verdict = match after {
             None => {
                 stats.over_limit_with_local_cache.increment(p.hits);
