@@ -623,11 +623,8 @@ mod tests {
             later in 0u64..1_000,
             cost in 0u64..=20,
         ) {
-            let mut state = None;
-            for &(t, c) in &steps {
-                state = Some(g.decide(state, c, t).1);
-            }
-            let state = state.expect("at least one step");
+            crate::limiter::testing::expired_equals_absent(&g, &steps, Duration::from_nanos(later), cost)?;
+            let state = crate::limiter::testing::replay(&g, &steps).expect("at least one step");
             let now = steps[steps.len() - 1].0;
             let at = now + g.expires_after(&state, now) + Duration::from_nanos(later);
             let (stored, stored_next) = g.decide(Some(state), cost, at);

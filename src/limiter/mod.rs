@@ -3,8 +3,16 @@
 //!
 //! - [`Unit`]: a limit's time unit, numbered as Envoy's enum;
 //! - [`clock`]: the injected time source;
-//! - [`fixed_window`]: the original's algorithm and status arithmetic.
+//! - [`fixed_window`]: the original's algorithm and status arithmetic (the
+//!   default; up to 2 × limit across a window boundary);
+//! - the opt-in algorithms behind the [`Algorithm`] trait, each with its
+//!   error bound in its doc: [`gcra`] (token bucket, one timestamp per key),
+//!   [`sliding_window`] (two counters, at most limit − 1 above exact),
+//!   [`sliding_log`] (exact, limits up to [`MAX_LOG_LIMIT`]);
+//! - [`decision`]: what they answer: allow with remaining, or deny with a
+//!   retry time that is always positive.
 
+pub mod algorithm;
 pub mod clock;
 pub mod decision;
 pub mod fixed_window;
@@ -15,6 +23,7 @@ pub mod sliding_window;
 mod testing;
 pub mod unit;
 
+pub use algorithm::Algorithm;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, InvalidLimit};
 pub use gcra::{Gcra, GcraState};

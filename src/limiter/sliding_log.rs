@@ -505,14 +505,7 @@ mod tests {
             later in 0u64..30_000,
             cost in 0u64..=20,
         ) {
-            let mut state = None;
-            for &(t, cost) in &steps {
-                state = Some(l.decide(state, cost, t).1);
-            }
-            let state = state.expect("at least one step");
-            let now = steps[steps.len() - 1].0;
-            let at = now + l.expires_after(&state, now) + ns(later);
-            prop_assert_eq!(l.decide(Some(state), cost, at), l.decide(None, cost, at));
+            crate::limiter::testing::expired_equals_absent(&l, &steps, ns(later), cost)?;
         }
 
         /// Extreme parameters (limits to the maximum, windows from 1 ns to

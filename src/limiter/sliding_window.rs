@@ -621,14 +621,7 @@ mod tests {
             later in 0u64..30_000,
             cost in 0u64..=20,
         ) {
-            let mut state = None;
-            for &(t, cost) in &steps {
-                state = Some(c.decide(state, cost, t).1);
-            }
-            let state = state.expect("at least one step");
-            let now = steps[steps.len() - 1].0;
-            let at = now + c.expires_after(&state, now) + ns(later);
-            prop_assert_eq!(c.decide(Some(state), cost, at), c.decide(None, cost, at));
+            crate::limiter::testing::expired_equals_absent(&c, &steps, ns(later), cost)?;
         }
 
         /// Extreme parameters (limits to u64::MAX, windows from 1 ns to

@@ -40,3 +40,32 @@ pub(crate) fn arrivals(
             out
         })
 }
+
+/// The state after deciding every `(now, cost)` step in order.
+pub(crate) fn replay<A: super::Algorithm>(a: &A, steps: &[(Duration, u64)]) -> Option<A::State> {
+    let mut state = None;
+    for &(now, cost) in steps {
+        state = Some(a.decide(state, cost, now).1);
+    }
+    state
+}
+
+/// The expiry law: `later` past `expires_after`, the stored state decides
+/// `cost` exactly as an absent key.
+pub(crate) fn expired_equals_absent<A: super::Algorithm>(
+    a: &A,
+    steps: &[(Duration, u64)],
+    later: Duration,
+    cost: u64,
+) -> Result<(), TestCaseError> {
+    let Some(state) = replay(a, steps) else {
+        return Ok(());
+    };
+    let now = steps.last().map_or(Duration::ZERO, |s| s.0);
+    let at = now + a.expires_after(&state, now) + later;
+    prop_assert_eq!(
+        a.decide(Some(state), cost, at).0,
+        a.decide(None, cost, at).0
+    );
+    Ok(())
+}
