@@ -177,6 +177,7 @@ pub async fn run(
         status,
         Arc::clone(&service_stats),
         health.clone(),
+        live.clone(),
     ));
     if !settings.config_provider.force_start_without_initial_config {
         tokio::select! {
@@ -488,12 +489,13 @@ fn bind_unix(path: &str) -> Result<UnixListener, AppError> {
     })
 }
 
-/// Turns reload outcomes into the `config_load_*` stats and the `config`
-/// health component (healthy iff the live config has a domain).
+/// Turns reload outcomes into the `config_load_*` and `runtime.*` stats and
+/// the `config` health component (healthy iff the live config has a domain).
 async fn follow_reloads(
     mut status: watch::Receiver<ReloadStatus>,
     stats: Arc<Stats>,
     health: Health,
+    live: LiveConfig,
 ) {
     let mut seen = ReloadStatus::default();
     loop {
@@ -506,6 +508,9 @@ async fn follow_reloads(
         }
         if now.successes > seen.successes {
             health.set(Component::Config, now.domains > 0).await;
+            if let Some(config) = live.current() {
+                stats.config_files(config.files().len());
+            }
         }
         seen = now;
         if status.changed().await.is_err() {

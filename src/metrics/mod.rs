@@ -42,6 +42,10 @@ pub const GLOBAL_SHADOW_MODE: &str = "ratelimit.service.global_shadow_mode";
 pub const REDIS_ERROR: &str = "ratelimit.service.call.should_rate_limit.redis_error";
 /// `ratelimit.service.call.should_rate_limit.service_error`.
 pub const SERVICE_ERROR: &str = "ratelimit.service.call.should_rate_limit.service_error";
+/// `runtime.load_attempts`: configuration snapshots read by the file provider.
+pub const RUNTIME_LOAD_ATTEMPTS: &str = "runtime.load_attempts";
+/// `runtime.num_values`: files in the live configuration.
+pub const RUNTIME_NUM_VALUES: &str = "runtime.num_values";
 /// Prefix of every per-rule counter.
 pub const RATE_LIMIT_PREFIX: &str = "ratelimit.service.rate_limit.";
 
@@ -148,6 +152,12 @@ impl Stats {
             CONFIG_LOAD_ERROR
         })
         .increment(1);
+        metrics::counter!(RUNTIME_LOAD_ATTEMPTS).increment(1);
+    }
+
+    /// The live configuration has `files` files.
+    pub fn config_files(&self, files: usize) {
+        metrics::gauge!(RUNTIME_NUM_VALUES).set(files as f64);
     }
 }
 

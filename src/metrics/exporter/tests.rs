@@ -190,6 +190,7 @@ ratelimit.service.rate_limit.rl.foo.total_hits: 3
 ratelimit.service.rate_limit.rl.foo.within_limit: 0
 ratelimit_server.ShouldRateLimit.response_time: count=2 sum_ms=4.000
 ratelimit_server.ShouldRateLimit.total_requests: 2
+runtime.load_attempts: 1
 ";
     assert_eq!(handle.render_stats(), expected);
     assert_eq!(handle.render_prometheus(), "");
