@@ -1049,3 +1049,38 @@ fn bad_settings_are_all_named_and_exit_1() {
     }
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// The original waits forever for open streams on shutdown (`[W22]`): an
+/// open health `Watch` stream must not keep the process alive past
+/// `SHUTDOWN_TIMEOUT`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_watch_stream_does_not_hold_shutdown() {
+    use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+    let mut svc = start(&[("SHUTDOWN_TIMEOUT", "1s")]);
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", svc.grpc))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    let mut h = HealthClient::new(channel);
+    let mut stream = h
+        .watch(HealthCheckRequest {
+            service: "ratelimit".into(),
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    assert_eq!(
+        stream
+            .message()
+            .await
+            .expect("first status")
+            .map(|s| s.status),
+        Some(1)
+    );
+    svc.signal("TERM");
+    let code = tokio::task::spawn_blocking(move || svc.wait_exit(Duration::from_secs(15)))
+        .await
+        .expect("wait");
+    assert_eq!(code, Some(0), "exits within the shutdown deadline");
+}
