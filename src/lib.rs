@@ -12,6 +12,20 @@
 //!   decoding, validation into a [`config::DescriptorTree`], matching, the
 //!   `/rlconfig` dump, the runtime-directory provider and the hot-reload
 //!   watcher.
+//! - [`limiter`]: the algorithms as pure functions of state, cost and `now`
+//!   (no I/O), and the injected [`limiter::Clock`].
+//! - [`store`]: where counters live — [`store::MemoryStore`],
+//!   [`store::RedisStore`] (single, sentinel, cluster) — behind the
+//!   [`store::Store`] trait that resilience layers will wrap.
+//! - [`engine`]: the one call — a request's descriptors to statuses, the
+//!   overall code, headers and dynamic metadata.
+//! - [`metrics`]: every statistic under the original's names, and its
+//!   exporters (Prometheus, statsd).
+//! - [`service`]: gRPC (`RateLimitService`, health), the HTTP and debug
+//!   ports, TLS; generated protobuf types stay in `service::rls`.
+//! - [`app`]: wiring and lifecycle; `main.rs` only reads settings, sets up
+//!   logging and signals, and calls [`app::run`].
+//! - [`cli`]: Go-style flag parsing for the drop-in command-line tools.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
