@@ -423,54 +423,37 @@ async fn sv13_global_quota_mode_all_over() {
     assert_eq!(r.overall_code, OVER);
 }
 
+/// One request with two single-entry descriptors `(a, v)` and `(b, v)`.
+async fn two(
+    svc: &Service,
+    a: &str,
+    b: &str,
+    v: &str,
+) -> envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse {
+    let mut c = svc.client().await;
+    call(
+        &mut c,
+        request("test", vec![desc(&[(a, v)]), desc(&[(b, v)])]),
+    )
+    .await
+    .expect("call")
+}
+
 #[tokio::test]
 async fn sv14_to_sv18_quota_mode_per_rule() {
     let svc = start(&[]);
-    let mut c = svc.client().await;
     // SV-16: normal OK, quota OK → OK.
-    let r = call(
-        &mut c,
-        request(
-            "test",
-            vec![desc(&[("normal", "s16")]), desc(&[("q1", "s16")])],
-        ),
-    )
-    .await
-    .expect("ok");
-    assert_eq!(r.overall_code, OK);
+    assert_eq!(two(&svc, "normal", "q1", "s16").await.overall_code, OK);
     // SV-14: normal over, quota not → OVER.
     hit(&svc, vec![desc(&[("normal", "s14")])], 2).await;
-    let r = call(
-        &mut c,
-        request(
-            "test",
-            vec![desc(&[("normal", "s14")]), desc(&[("q1", "s14")])],
-        ),
-    )
-    .await
-    .expect("ok");
-    assert_eq!(r.overall_code, OVER);
+    assert_eq!(two(&svc, "normal", "q1", "s14").await.overall_code, OVER);
     // SV-15: normal OK, the only quota descriptor over → OVER, status stays OVER.
     hit(&svc, vec![desc(&[("q1", "s15")])], 2).await;
-    let r = call(
-        &mut c,
-        request(
-            "test",
-            vec![desc(&[("normal", "s15")]), desc(&[("q1", "s15")])],
-        ),
-    )
-    .await
-    .expect("ok");
-    assert_eq!(r.overall_code, OVER);
-    assert_eq!(r.statuses[1].code, OVER);
+    let r = two(&svc, "normal", "q1", "s15").await;
+    assert_eq!((r.overall_code, r.statuses[1].code), (OVER, OVER));
     // SV-17: two quota rules, only one over → OK with statuses [OVER, OK].
     hit(&svc, vec![desc(&[("q1", "s17")])], 2).await;
-    let r = call(
-        &mut c,
-        request("test", vec![desc(&[("q1", "s17")]), desc(&[("q2", "s17")])]),
-    )
-    .await
-    .expect("ok");
+    let r = two(&svc, "q1", "q2", "s17").await;
     assert_eq!(r.overall_code, OK);
     assert_eq!((r.statuses[0].code, r.statuses[1].code), (OVER, OK));
     // Both over → OVER.
@@ -480,27 +463,11 @@ async fn sv14_to_sv18_quota_mode_per_rule() {
         3,
     )
     .await;
-    let r = call(
-        &mut c,
-        request(
-            "test",
-            vec![desc(&[("q1", "both")]), desc(&[("q2", "both")])],
-        ),
-    )
-    .await
-    .expect("ok");
-    assert_eq!(r.overall_code, OVER);
+    assert_eq!(two(&svc, "q1", "q2", "both").await.overall_code, OVER);
     // SV-18: both quota over with global shadow mode → OK, counter +1.
     let svc = start(&[("SHADOW_MODE", "true")]);
     hit(&svc, vec![desc(&[("q1", "x")]), desc(&[("q2", "x")])], 3).await;
-    let mut c = svc.client().await;
-    let r = call(
-        &mut c,
-        request("test", vec![desc(&[("q1", "x")]), desc(&[("q2", "x")])]),
-    )
-    .await
-    .expect("ok");
-    assert_eq!(r.overall_code, OK);
+    assert_eq!(two(&svc, "q1", "q2", "x").await.overall_code, OK);
     assert_eq!(svc.stat("ratelimit.service.global_shadow_mode"), 1);
 }
 
