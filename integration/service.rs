@@ -301,13 +301,7 @@ async fn sv09_headers_pick_smallest_remaining_ties_earlier() {
     // A (10/h) seeded to 6, B (5/h) seeded to 1: both end with remaining 3.
     hit(&svc, vec![desc(&[("a", "x")])], 6).await;
     hit(&svc, vec![desc(&[("b", "x")])], 1).await;
-    let mut c = svc.client().await;
-    let r = call(
-        &mut c,
-        request("test", vec![desc(&[("a", "x")]), desc(&[("b", "x")])]),
-    )
-    .await
-    .expect("ok");
+    let r = two(&svc, "a", "b", "x").await;
     assert_eq!(r.overall_code, OK);
     let h: Vec<&str> = r
         .response_headers_to_add
@@ -319,13 +313,7 @@ async fn sv09_headers_pick_smallest_remaining_ties_earlier() {
     let svc = start(&[("LIMIT_RESPONSE_HEADERS_ENABLED", "true")]);
     hit(&svc, vec![desc(&[("a", "x")])], 6).await;
     hit(&svc, vec![desc(&[("b", "x")])], 2).await;
-    let mut c = svc.client().await;
-    let r = call(
-        &mut c,
-        request("test", vec![desc(&[("a", "x")]), desc(&[("b", "x")])]),
-    )
-    .await
-    .expect("ok");
+    let r = two(&svc, "a", "b", "x").await;
     let h: Vec<&str> = r
         .response_headers_to_add
         .iter()
@@ -367,16 +355,7 @@ async fn sv11_sv12_rule_shadow_mode() {
         2,
     )
     .await;
-    let mut c = svc.client().await;
-    let r = call(
-        &mut c,
-        request(
-            "test",
-            vec![desc(&[("shadow1", "x")]), desc(&[("shadow2", "x")])],
-        ),
-    )
-    .await
-    .expect("ok");
+    let r = two(&svc, "shadow1", "shadow2", "x").await;
     assert_eq!(r.overall_code, OK);
     for s in &r.statuses {
         assert_eq!((s.code, s.limit_remaining), (OK, 0));
@@ -395,15 +374,7 @@ async fn sv11_sv12_rule_shadow_mode() {
         );
     }
     assert_eq!(svc.stat("ratelimit.service.global_shadow_mode"), 0);
-    let r = call(
-        &mut c,
-        request(
-            "test",
-            vec![desc(&[("shadow1", "x")]), desc(&[("normal", "x")])],
-        ),
-    )
-    .await
-    .expect("ok");
+    let r = two(&svc, "shadow1", "normal", "x").await;
     assert_eq!(r.overall_code, OVER);
     assert_eq!((r.statuses[0].code, r.statuses[1].code), (OK, OVER));
 }
@@ -413,13 +384,7 @@ async fn sv13_global_quota_mode_all_over() {
     let svc = start(&[("QUOTA_MODE", "true")]);
     hit(&svc, vec![desc(&[("a", "x")])], 10).await;
     hit(&svc, vec![desc(&[("b", "x")])], 5).await;
-    let mut c = svc.client().await;
-    let r = call(
-        &mut c,
-        request("test", vec![desc(&[("a", "x")]), desc(&[("b", "x")])]),
-    )
-    .await
-    .expect("ok");
+    let r = two(&svc, "a", "b", "x").await;
     assert_eq!(r.overall_code, OVER);
 }
 
@@ -486,16 +451,7 @@ async fn sv19_to_sv21_dynamic_metadata() {
         ("RESPONSE_DYNAMIC_METADATA", "true"),
     ]);
     hit(&svc, vec![desc(&[("quota", "limit")])], 5).await;
-    let mut c = svc.client().await;
-    let r = call(
-        &mut c,
-        request(
-            "test",
-            vec![desc(&[("regular", "limit")]), desc(&[("quota", "limit")])],
-        ),
-    )
-    .await
-    .expect("ok");
+    let r = two(&svc, "regular", "quota", "limit").await;
     assert_eq!(r.overall_code, OK);
     let md = r.dynamic_metadata.expect("metadata");
     assert!(matches!(metadata_field(&md, "domain"), Some(Kind::StringValue(d)) if d == "test"));
@@ -522,30 +478,14 @@ async fn sv19_to_sv21_dynamic_metadata() {
         .collect();
     assert_eq!(entries, ["regular=limit", "quota=limit"]);
     // SV-20: both OK, distinct keys merge.
-    let r = call(
-        &mut c,
-        request(
-            "test",
-            vec![desc(&[("regular", "limit")]), desc(&[("other", "limit")])],
-        ),
-    )
-    .await
-    .expect("ok");
+    let r = two(&svc, "regular", "other", "limit").await;
     let md = r.dynamic_metadata.expect("metadata");
     let Some(Kind::StructValue(m)) = metadata_field(&md, "metadata") else {
         panic!("metadata struct")
     };
     assert_eq!(m.fields.len(), 2);
     // SV-21: same key, first wins.
-    let r = call(
-        &mut c,
-        request(
-            "test",
-            vec![desc(&[("regular", "limit")]), desc(&[("same", "limit")])],
-        ),
-    )
-    .await
-    .expect("ok");
+    let r = two(&svc, "regular", "same", "limit").await;
     let md = r.dynamic_metadata.expect("metadata");
     let Some(Kind::StructValue(m)) = metadata_field(&md, "metadata") else {
         panic!("metadata struct")
