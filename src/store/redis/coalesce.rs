@@ -77,21 +77,25 @@ impl Coalescer {
                 }
                 let backend = Arc::clone(&backend);
                 tokio::spawn(async move {
-                    let decisions: Vec<&Decision> = jobs.iter().map(|j| &j.decision).collect();
-                    let result = backend.run_batch(&decisions).await;
+                    let (decisions, replies): (Vec<Decision>, Vec<_>) = jobs
+                        .into_iter()
+                        .map(|j| {
+                            let n = j.decision.keys.len();
+                            (j.decision, (n, j.reply))
+                        })
+                        .unzip();
+                    let result = backend.run_batch(decisions).await;
                     drop(permit);
                     match result {
                         Ok(values) => {
                             let mut values = values.into_iter();
-                            for job in jobs {
-                                let n = job.decision.keys.len();
-                                let mine: Vec<u64> = values.by_ref().take(n).collect();
-                                let _ = job.reply.send(Ok(mine));
+                            for (n, reply) in replies {
+                                let _ = reply.send(Ok(values.by_ref().take(n).collect()));
                             }
                         }
                         Err(e) => {
-                            for job in jobs {
-                                let _ = job.reply.send(Err(e.clone()));
+                            for (_, reply) in replies {
+                                let _ = reply.send(Err(e.clone()));
                             }
                         }
                     }

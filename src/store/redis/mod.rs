@@ -62,7 +62,7 @@ impl Node {
     async fn run(&self, decision: coalesce::Decision) -> Result<Vec<u64>, StoreError> {
         match &self.coalescer {
             Some(c) => c.run(decision).await,
-            None => self.backend.run_batch(&[&decision]).await,
+            None => self.backend.run_batch(vec![decision]).await,
         }
     }
 }
@@ -94,7 +94,7 @@ fn store_error(e: &fred::error::Error) -> StoreError {
 impl Backend {
     /// One script call for `decisions`, all on one node (one slot); the
     /// values of every decision's keys, in order.
-    async fn run_batch(&self, decisions: &[&coalesce::Decision]) -> Result<Vec<u64>, StoreError> {
+    async fn run_batch(&self, decisions: Vec<coalesce::Decision>) -> Result<Vec<u64>, StoreError> {
         let n_keys: usize = decisions.iter().map(|d| d.keys.len()).sum();
         let mut keys = Vec::with_capacity(n_keys);
         let mut argv = Vec::with_capacity(1 + 2 * decisions.len() + 3 * n_keys);
@@ -102,8 +102,8 @@ impl Backend {
         for d in decisions {
             argv.push(d.mode.to_string());
             argv.push(d.keys.len().to_string());
-            argv.extend(d.args.iter().cloned());
-            keys.extend(d.keys.iter().cloned());
+            argv.extend(d.args);
+            keys.extend(d.keys);
         }
         let client = self.pool.next();
         let values: Vec<i64> = self
