@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratelimit::limiter::fixed_window::Window;
+use ratelimit::limiter::{AlgorithmName, Decision, Limiter};
 use ratelimit::limiter::{Clock, SystemClock};
 use ratelimit::settings::RedisType;
 use ratelimit::store::redis::url::{Credentials, Target};
 use ratelimit::store::redis::{connect, RedisOptions, StartupRetry};
-use ratelimit::store::{Increment, IncrementPolicy, MemoryStore, Store};
+use ratelimit::store::{Check, CheckedLimit, Increment, IncrementPolicy, MemoryStore, Store};
 use support::redis::{RedisCluster, RedisSentinel, RedisServer};
 
 fn now() -> u64 {
@@ -142,7 +143,179 @@ async fn no_lost_updates(store: Arc<dyn Store>, p: &str) {
     );
 }
 
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// A check of `limit` per hour on `key` with `algorithm`.
+fn check(key: &str, algorithm: AlgorithmName, limit: u64, cost: u64) -> Check {
+    Check {
+        key: key.to_string(),
+        limit: CheckedLimit::Algorithm(Limiter::new(algorithm, limit, HOUR, None).expect("valid")),
+        cost,
+        binding: true,
+    }
+}
+
+/// Every algorithm admits exactly its capacity at once, then refuses with a
+/// retry time; a refusal takes nothing.
+async fn each_algorithm_admits_its_capacity(store: Arc<dyn Store>, p: &str) {
+    for algorithm in AlgorithmName::ALL {
+        let key = format!("{p}rl2:{{{algorithm}}}:x");
+        let mut admitted = 0;
+        for _ in 0..8 {
+            let reply = store
+                .check(&[check(&key, algorithm, 5, 1)])
+                .await
+                .expect("check");
+            let d = reply.results[0].decision;
+            assert_eq!(reply.committed, d.is_allowed());
+            if d.is_allowed() {
+                admitted += 1;
+                assert_eq!(d.remaining(), 5 - admitted, "{algorithm}");
+            } else {
+                let retry = d.retry_after().expect("a denial has a retry time");
+                // A sliding window may wait into the next window, as its
+                // previous count decays: at most two windows.
+                assert!(
+                    retry > Duration::ZERO && retry <= 2 * HOUR,
+                    "{algorithm}: {retry:?}"
+                );
+            }
+        }
+        assert_eq!(admitted, 5, "{algorithm}");
+        let reply = store
+            .check(&[check(&key, algorithm, 5, 9)])
+            .await
+            .expect("check");
+        assert!(
+            matches!(
+                reply.results[0].decision,
+                Decision::ExceedsCapacity { capacity: 5, .. }
+            ),
+            "{algorithm}"
+        );
+        let reply = store
+            .check(&[check(&key, algorithm, 5, 0)])
+            .await
+            .expect("check");
+        assert!(
+            reply.results[0].decision.is_allowed(),
+            "a zero cost only asks"
+        );
+    }
+}
+
+/// A batch commits only if every binding check passes, also when its keys
+/// are on different slots (reserve, then refund).
+async fn all_or_nothing(store: Arc<dyn Store>, p: &str) {
+    let (a, b) = (format!("{p}rl2:{{a}}:tb"), format!("{p}rl2:{{b}}:sw"));
+    let tb = AlgorithmName::TokenBucket;
+    let sw = AlgorithmName::SlidingLog;
+    let batch = [check(&a, tb, 100, 1), check(&b, sw, 1, 1)];
+    let first = store.check(&batch).await.expect("check");
+    assert!(first.committed);
+    for _ in 0..5 {
+        let reply = store.check(&batch).await.expect("check");
+        assert!(!reply.committed);
+        assert!(reply.results[0].decision.is_allowed());
+        assert!(!reply.results[1].decision.is_allowed());
+    }
+    let left = store.check(&[check(&a, tb, 100, 0)]).await.expect("check");
+    assert_eq!(
+        left.results[0].decision.remaining(),
+        99,
+        "refused requests took nothing"
+    );
+    // A non-binding refusal does not stop the others.
+    let mut shadow = check(&b, sw, 1, 1);
+    shadow.binding = false;
+    let reply = store
+        .check(&[check(&a, tb, 100, 1), shadow])
+        .await
+        .expect("check");
+    assert!(reply.committed);
+    let left = store.check(&[check(&a, tb, 100, 0)]).await.expect("check");
+    assert_eq!(left.results[0].decision.remaining(), 98);
+    // Two checks on one key see each other.
+    let c = format!("{p}rl2:{{c}}:tb");
+    let twice = [check(&c, tb, 5, 3), check(&c, tb, 5, 3)];
+    let reply = store.check(&twice).await.expect("check");
+    assert!(!reply.committed && !reply.results[1].decision.is_allowed());
+    let reply = store.check(&[check(&c, tb, 5, 5)]).await.expect("check");
+    assert!(reply.committed, "the refused pair took nothing");
+}
+
+/// With `ALL_OR_NOTHING`, the original's windows are read and written on the
+/// original's key and value: an `increment` (the original's way) sees them.
+async fn original_window_shares_the_original_counter(store: Arc<dyn Store>, p: &str) {
+    let key = format!("{p}orig");
+    let window = Window::containing(now(), 3600);
+    let original = |cost| Check {
+        key: key.clone(),
+        limit: CheckedLimit::OriginalWindow {
+            limit: 3,
+            window,
+            ttl_seconds: 3600,
+        },
+        cost,
+        binding: true,
+    };
+    store
+        .increment(&[inc(&key, 1, 3)], IncrementPolicy::Always)
+        .await
+        .expect("seed as the original would");
+    let reply = store.check(&[original(2)]).await.expect("check");
+    assert!(reply.committed);
+    assert_eq!(reply.results[0].count, 3);
+    let reply = store.check(&[original(1)]).await.expect("check");
+    assert!(!reply.committed);
+    assert_eq!(reply.results[0].count, 3, "a refusal counts nothing");
+    let d = reply.results[0].decision;
+    assert!(d
+        .retry_after()
+        .is_some_and(|r| r > Duration::ZERO && r <= HOUR));
+    assert_eq!(
+        store
+            .increment(&[inc(&key, 0, 3)], IncrementPolicy::Always)
+            .await,
+        Ok(vec![3])
+    );
+}
+
+/// No excess from races: 64 concurrent callers on one key of every
+/// algorithm admit exactly the limit.
+async fn no_excess_under_concurrency(store: Arc<dyn Store>, p: &str) {
+    for algorithm in AlgorithmName::ALL {
+        let key = format!("{p}rl2:{{hot_{algorithm}}}:x");
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let store = Arc::clone(&store);
+                let key = key.clone();
+                tokio::spawn(async move {
+                    let mut admitted = 0u64;
+                    for _ in 0..5 {
+                        let reply = store
+                            .check(&[check(&key, algorithm, 100, 1)])
+                            .await
+                            .expect("check");
+                        admitted += u64::from(reply.committed);
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        let mut admitted = 0;
+        for t in tasks {
+            admitted += t.await.expect("task");
+        }
+        assert_eq!(admitted, 100, "{algorithm}: 320 tries on a limit of 100");
+    }
+}
+
 async fn all_bodies(store: Arc<dyn Store>) {
+    each_algorithm_admits_its_capacity(Arc::clone(&store), "t5_").await;
+    all_or_nothing(Arc::clone(&store), "t6_").await;
+    original_window_shares_the_original_counter(Arc::clone(&store), "t7_").await;
+    no_excess_under_concurrency(Arc::clone(&store), "t8_").await;
     counts_per_key(Arc::clone(&store), "t1_").await;
     stop_increment_when_over_limit(Arc::clone(&store), "t2_").await;
     many_keys_keep_their_order(Arc::clone(&store), "t3_").await;
@@ -168,6 +341,14 @@ async fn redis_single() {
     // TTL is set when the key is created, from the increment's ttl.
     let ttl: i64 = server.cli(&["ttl", "t1_a"]).trim().parse().expect("ttl");
     assert!((3590..=3600).contains(&ttl), "ttl {ttl}");
+    // An algorithm's key lives just past its full refill: five tokens of
+    // 5 per hour were taken, so one hour.
+    let pttl: i64 = server
+        .cli(&["pttl", "t5_rl2:{token_bucket}:x"])
+        .trim()
+        .parse()
+        .expect("pttl");
+    assert!((3_590_000..=3_600_001).contains(&pttl), "pttl {pttl}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -206,6 +206,7 @@ pub async fn run(
             stop_increment_when_over_limit: settings
                 .limiter
                 .stop_cache_key_increment_when_overlimit,
+            all_or_nothing: settings.limiter.all_or_nothing,
             shadow_mode: r.shadow_mode,
             quota_mode: r.quota_mode,
             response_dynamic_metadata: r.dynamic_metadata,

@@ -27,6 +27,11 @@ pub const VALID_KEYS: &[&str] = &[
     "value_to_metric",
     "share_threshold",
     "metadata",
+    // Extensions (opt-in; see the README's "Algorithms").
+    "algorithm",
+    "burst",
+    "unit_multiplier",
+    "rate_limits",
 ];
 
 /// A failed check: the message and the 1-based line of the offending node.

@@ -101,6 +101,33 @@ pub enum ConfigErrorKind {
     /// L10: metadata that cannot become a protobuf Struct.
     #[error("error parsing metadata: {0}")]
     Metadata(String),
+    /// An `algorithm:` that is not one of ours (an extension key).
+    #[error("invalid rate limit algorithm '{0}' (expected one of fixed_window, sliding_window, token_bucket, sliding_log)")]
+    InvalidAlgorithm(String),
+    /// `unit_multiplier: 0` (an extension key).
+    #[error("unit_multiplier must be at least 1")]
+    ZeroUnitMultiplier,
+    /// The limit cannot be built (an extension key made it so).
+    #[error("invalid rate limit: {0}")]
+    InvalidLimit(#[from] crate::limiter::InvalidLimit),
+    /// Both `rate_limit` and `rate_limits` on one descriptor.
+    #[error("a descriptor cannot have both rate_limit and rate_limits")]
+    BothRateLimitForms,
+    /// `rate_limits: []`.
+    #[error("rate_limits must list at least one rate limit")]
+    EmptyRateLimits,
+    /// `unlimited` or `replaces` inside `rate_limits`.
+    #[error("'{0}' is not allowed inside rate_limits; put it in a single rate_limit")]
+    NotAllowedInRateLimits(&'static str),
+    /// Two limits of one `rate_limits` with the same algorithm and window
+    /// would share a store key.
+    #[error("rate_limits has two {algorithm} limits over the same window of {seconds}s")]
+    DuplicateLimitWindow {
+        /// The algorithm.
+        algorithm: crate::limiter::AlgorithmName,
+        /// The window, in seconds.
+        seconds: u64,
+    },
 }
 
 /// One type error of yaml.v2's decoder (P2, P7).

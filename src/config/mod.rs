@@ -29,7 +29,8 @@ pub use loader::{load, ConfigFile};
 pub use metadata::{Metadata, MetadataValue};
 pub use provider::{load_from_disk, LoadError, ProviderError, ProviderOptions};
 pub use tree::{
-    DescriptorTree, Entry, LimitOverride, Lookup, MatchError, MatchedLimit, RateLimitRule,
+    ConfiguredLimit, DescriptorTree, Entry, LimitOverride, Lookup, MatchError, MatchedLimit,
+    RateLimitRule,
 };
 pub use watcher::{ConfigWatcher, LiveConfig, ReloadStatus, WatchError};
 

@@ -25,6 +25,8 @@ pub(crate) struct RawDescriptor {
     pub(crate) key: String,
     pub(crate) value: String,
     pub(crate) rate_limit: Option<RawRateLimit>,
+    /// The extension `rate_limits:`; `Some` when the key is present.
+    pub(crate) rate_limits: Option<(usize, Vec<RawRateLimit>)>,
     pub(crate) descriptors: Vec<RawDescriptor>,
     pub(crate) shadow_mode: bool,
     pub(crate) quota_mode: bool,
@@ -43,6 +45,12 @@ pub(crate) struct RawRateLimit {
     pub(crate) unlimited: bool,
     pub(crate) name: String,
     pub(crate) replaces: Vec<RawReplace>,
+    /// Extension: `algorithm:` ("" when absent).
+    pub(crate) algorithm: String,
+    /// Extension: `burst:` (token bucket capacity).
+    pub(crate) burst: Option<u32>,
+    /// Extension: `unit_multiplier:`.
+    pub(crate) unit_multiplier: Option<u32>,
 }
 
 /// One `replaces` entry.
@@ -153,6 +161,26 @@ impl Decoder {
         0
     }
 
+    /// `None` for an explicit null, as if the key were absent.
+    fn optional_uint32(&mut self, node: &Node) -> Option<u32> {
+        match &node.kind {
+            NodeKind::Scalar(s) if s.value == Resolved::Null => None,
+            _ => Some(self.uint32(node)),
+        }
+    }
+
+    /// The extension `rate_limits:`, a list of `rate_limit` blocks.
+    fn rate_limit_list(&mut self, node: &Node) -> Vec<RawRateLimit> {
+        match &node.kind {
+            NodeKind::Seq(items) => items.iter().filter_map(|i| self.rate_limit(i)).collect(),
+            NodeKind::Scalar(s) if s.value == Resolved::Null => Vec::new(),
+            _ => {
+                self.fail(node, "[]config.YamlRateLimit");
+                Vec::new()
+            }
+        }
+    }
+
     fn descriptors(&mut self, node: &Node) -> Vec<RawDescriptor> {
         match &node.kind {
             NodeKind::Seq(items) => items
@@ -187,6 +215,7 @@ impl Decoder {
                 "key" => d.key = self.string(value),
                 "value" => d.value = self.string(value),
                 "rate_limit" => d.rate_limit = self.rate_limit(value),
+                "rate_limits" => d.rate_limits = Some((value.line, self.rate_limit_list(value))),
                 "descriptors" => d.descriptors = self.descriptors(value),
                 "shadow_mode" => d.shadow_mode = self.bool(value),
                 "quota_mode" => d.quota_mode = self.bool(value),
@@ -214,6 +243,9 @@ impl Decoder {
                         "unlimited" => rl.unlimited = self.bool(value),
                         "name" => rl.name = self.string(value),
                         "replaces" => rl.replaces = self.replaces(value),
+                        "algorithm" => rl.algorithm = self.string(value),
+                        "burst" => rl.burst = self.optional_uint32(value),
+                        "unit_multiplier" => rl.unit_multiplier = self.optional_uint32(value),
                         _ => {}
                     }
                 }

@@ -74,6 +74,45 @@ pub struct RateLimitRule {
     /// `domain.composite.composite…`: the path of the rule, as `/rlconfig`
     /// shows it and as the stats key of a plain match.
     pub load_key: String,
+    /// The opt-in limits (extension keys `algorithm`, `burst`,
+    /// `unit_multiplier`, `rate_limits`), all of which must pass. Empty for
+    /// a rule written in the original's vocabulary, which keeps the
+    /// original's fixed window, keys and arithmetic exactly; then the limit
+    /// is `requests_per_unit` per `unit`.
+    pub limits: Vec<ConfiguredLimit>,
+}
+
+/// One limit of a rule that uses the extension keys.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfiguredLimit {
+    /// As configured; the response's `current_limit` reports it.
+    pub requests_per_unit: u32,
+    /// The proto unit of the window; the window is `unit × unit_multiplier`.
+    pub unit: Unit,
+    /// Windows of any length: `unit_multiplier` units (≥ 1).
+    pub unit_multiplier: u32,
+    /// The block's `name` ("" when unnamed).
+    pub name: String,
+    /// The built algorithm.
+    pub limiter: crate::limiter::Limiter,
+    /// `<algorithm tag>:<window seconds>s`: what tells this limit's store
+    /// key from the other limits of the same descriptor.
+    pub key_suffix: String,
+}
+
+impl RateLimitRule {
+    /// Every name `replaces` can refer to this rule by: its `name`, and with
+    /// `rate_limits` the name of every block.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.name.as_str())
+            .chain(self.limits.iter().map(|l| l.name.as_str()))
+            .filter(|n| !n.is_empty())
+    }
+
+    /// Whether the rule runs the original's fixed window (no extension key).
+    pub fn is_original(&self) -> bool {
+        self.limits.is_empty()
+    }
 }
 
 impl RateLimitRule {
@@ -91,6 +130,7 @@ impl RateLimitRule {
             replaces: Vec::new(),
             metadata: None,
             load_key,
+            limits: Vec::new(),
         }
     }
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use super::error::{ConfigError, ConfigErrorKind};
 use super::metadata;
 use super::model::{RawDescriptor, RawFile, RawRateLimit};
-use super::tree::{DescriptorTree, Node, RateLimitRule};
-use crate::limiter::Unit;
+use super::tree::{ConfiguredLimit, DescriptorTree, Node, RateLimitRule};
+use crate::limiter::{AlgorithmName, Limiter, Unit};
 
 /// Builds the tree from parsed files. With `merge_domains`, a domain seen
 /// again gets the later file's top-level descriptors appended (a shallow
@@ -69,6 +69,7 @@ fn load_descriptors(
             Some(rl) => Some(check_rate_limit(file, rl)?),
             None => None,
         };
+        let (blocks, limits) = extension_limits(file, d)?;
         if d.share_threshold && !composite.contains('*') {
             return Err(err(
                 ConfigErrorKind::ShareThresholdWithoutWildcard(composite),
@@ -85,7 +86,12 @@ fn load_descriptors(
         let mut child = Node::new(&composite);
         child.value_to_metric = d.value_to_metric;
         child.share_threshold = d.share_threshold;
-        child.limit = d.rate_limit.as_ref().zip(unit).map(|(rl, unit)| {
+        let rule = match (&d.rate_limit, blocks) {
+            (Some(rl), _) => unit.map(|unit| (rl, unit)),
+            (None, Some(first)) => limits.first().map(|l| (first, l.unit)),
+            (None, None) => None,
+        };
+        child.limit = rule.map(|(rl, unit)| {
             Arc::new(RateLimitRule {
                 requests_per_unit: rl.requests_per_unit,
                 unit,
@@ -97,6 +103,7 @@ fn load_descriptors(
                 replaces: rl.replaces.iter().map(|r| r.name.clone()).collect(),
                 metadata: metadata.clone(),
                 load_key: load_key.clone(),
+                limits: limits.clone(),
             })
         });
         load_descriptors(file, &mut child, &load_key, &d.descriptors)?;
@@ -144,4 +151,291 @@ fn check_rate_limit(file: &str, rl: &RawRateLimit) -> Result<Unit, ConfigError> 
         }
     }
     Ok(unit)
+}
+
+/// The extension limits of a descriptor (`algorithm`, `burst`,
+/// `unit_multiplier`, `rate_limits`): the first block (for the rule's
+/// name, unit and `requests_per_unit`) and every limit built. No limits for
+/// a `rate_limit` in the original's vocabulary (or an unlimited one), so
+/// that it keeps the original's behaviour exactly.
+fn extension_limits<'a>(
+    file: &str,
+    d: &'a RawDescriptor,
+) -> Result<(Option<&'a RawRateLimit>, Vec<ConfiguredLimit>), ConfigError> {
+    let err = |kind, line| ConfigError::new(file, kind, Some(line));
+    match (&d.rate_limit, &d.rate_limits) {
+        (Some(_), Some((line, _))) => Err(err(ConfigErrorKind::BothRateLimitForms, *line)),
+        (Some(rl), None) => {
+            let original = rl.algorithm.is_empty() || rl.algorithm == "fixed_window";
+            if rl.unlimited
+                || (original && rl.burst.is_none() && rl.unit_multiplier.unwrap_or(1) == 1)
+            {
+                // Still refuse a misspelled algorithm or a zero multiplier.
+                if !rl.unlimited {
+                    build_limit(file, rl)?;
+                }
+                return Ok((None, Vec::new()));
+            }
+            Ok((Some(rl), vec![build_limit(file, rl)?]))
+        }
+        (None, Some((line, blocks))) => {
+            let Some(first) = blocks.first() else {
+                return Err(err(ConfigErrorKind::EmptyRateLimits, *line));
+            };
+            let mut limits: Vec<ConfiguredLimit> = Vec::with_capacity(blocks.len());
+            for rl in blocks {
+                if rl.unlimited {
+                    return Err(err(
+                        ConfigErrorKind::NotAllowedInRateLimits("unlimited"),
+                        rl.line,
+                    ));
+                }
+                if let Some(r) = rl.replaces.first() {
+                    return Err(err(
+                        ConfigErrorKind::NotAllowedInRateLimits("replaces"),
+                        r.line,
+                    ));
+                }
+                check_rate_limit(file, rl)?;
+                let limit = build_limit(file, rl)?;
+                if limits.iter().any(|l| l.key_suffix == limit.key_suffix) {
+                    return Err(err(
+                        ConfigErrorKind::DuplicateLimitWindow {
+                            algorithm: limit.limiter.name(),
+                            seconds: limit.limiter.period().as_secs(),
+                        },
+                        rl.line,
+                    ));
+                }
+                limits.push(limit);
+            }
+            Ok((Some(first), limits))
+        }
+        (None, None) => Ok((None, Vec::new())),
+    }
+}
+
+/// One limit from a block whose unit is already checked.
+fn build_limit(file: &str, rl: &RawRateLimit) -> Result<ConfiguredLimit, ConfigError> {
+    let err = |kind| ConfigError::new(file, kind, Some(rl.line));
+    let algorithm = if rl.algorithm.is_empty() {
+        AlgorithmName::default()
+    } else {
+        rl.algorithm
+            .parse::<AlgorithmName>()
+            .map_err(|()| err(ConfigErrorKind::InvalidAlgorithm(rl.algorithm.clone())))?
+    };
+    let multiplier = rl.unit_multiplier.unwrap_or(1);
+    if multiplier == 0 {
+        return Err(err(ConfigErrorKind::ZeroUnitMultiplier));
+    }
+    let unit = Unit::from_name(&rl.unit).unwrap_or(Unit::Unknown);
+    let unit_seconds = unit.seconds().unwrap_or(1);
+    let seconds = unit_seconds * u64::from(multiplier);
+    let limiter = Limiter::new(
+        algorithm,
+        u64::from(rl.requests_per_unit),
+        std::time::Duration::from_secs(seconds),
+        rl.burst.map(u64::from),
+    )
+    .map_err(|e| err(ConfigErrorKind::InvalidLimit(e)))?;
+    Ok(ConfiguredLimit {
+        requests_per_unit: rl.requests_per_unit,
+        unit,
+        unit_multiplier: multiplier,
+        name: rl.name.clone(),
+        limiter,
+        key_suffix: format!("{}:{seconds}s", algorithm.key_tag()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::config::{load, ConfigError, ConfigErrorKind, ConfigFile, Entry, Lookup};
+    use crate::limiter::{AlgorithmName, InvalidLimit, Limiter};
+
+    fn load_one(yaml: &str) -> Result<crate::config::Config, ConfigError> {
+        load(&[ConfigFile::new("f.yaml", yaml)], false)
+    }
+
+    fn rule_of(yaml: &str) -> std::sync::Arc<crate::config::RateLimitRule> {
+        let config = load_one(yaml).unwrap_or_else(|e| panic!("{}", e.detailed()));
+        match config.tree().find("d", &[Entry::new("k", "")], None) {
+            Ok(Lookup::Limit(m)) => m.rule,
+            other => panic!("no limit: {other:?}"),
+        }
+    }
+
+    fn error_of(yaml: &str) -> ConfigError {
+        load_one(yaml).expect_err("must be refused")
+    }
+
+    const HEAD: &str = "domain: d\ndescriptors:\n  - key: k\n";
+
+    #[test]
+    fn the_original_vocabulary_keeps_the_original_fixed_window() {
+        for extra in [
+            "",
+            "      algorithm: fixed_window\n",
+            "      unit_multiplier: 1\n",
+        ] {
+            let yaml = format!(
+                "{HEAD}    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n{extra}"
+            );
+            let rule = rule_of(&yaml);
+            assert!(rule.is_original(), "{extra:?}");
+            assert_eq!(
+                load_one(&yaml).unwrap().dump(),
+                "d.k: unit=MINUTE requests_per_unit=5, shadow_mode: false, quota_mode: false\n"
+            );
+        }
+    }
+
+    #[test]
+    fn each_algorithm_builds_with_its_window() {
+        let cases = [
+            (
+                "token_bucket",
+                "      burst: 20\n",
+                AlgorithmName::TokenBucket,
+                "tb:60s",
+            ),
+            ("sliding_window", "", AlgorithmName::SlidingWindow, "sw:60s"),
+            ("sliding_log", "", AlgorithmName::SlidingLog, "sl:60s"),
+            (
+                "fixed_window",
+                "      unit_multiplier: 5\n",
+                AlgorithmName::FixedWindow,
+                "fw:300s",
+            ),
+        ];
+        for (name, extra, algorithm, suffix) in cases {
+            let yaml = format!(
+                "{HEAD}    rate_limit:\n      unit: minute\n      requests_per_unit: 10\n      algorithm: {name}\n{extra}"
+            );
+            let rule = rule_of(&yaml);
+            assert_eq!(rule.limits.len(), 1);
+            let l = &rule.limits[0];
+            assert_eq!(l.limiter.name(), algorithm);
+            assert_eq!(l.key_suffix, suffix);
+            assert_eq!(l.requests_per_unit, 10);
+        }
+        let rule = rule_of(&format!(
+            "{HEAD}    rate_limit:\n      unit: minute\n      requests_per_unit: 10\n      algorithm: token_bucket\n      burst: 20\n"
+        ));
+        assert_eq!(rule.limits[0].limiter.capacity(), 20);
+        let rule = rule_of(&format!(
+            "{HEAD}    rate_limit:\n      unit: hour\n      requests_per_unit: 10\n      algorithm: token_bucket\n"
+        ));
+        assert_eq!(
+            rule.limits[0].limiter.capacity(),
+            10,
+            "burst defaults to the limit"
+        );
+        assert_eq!(rule.limits[0].limiter.period(), Duration::from_secs(3_600));
+    }
+
+    #[test]
+    fn several_limits_on_one_descriptor() {
+        let yaml = format!(
+            "{HEAD}    rate_limits:\n      - unit: second\n        requests_per_unit: 10\n        algorithm: token_bucket\n        name: burst\n      - unit: day\n        requests_per_unit: 10000\n        algorithm: sliding_window\n        name: daily\n"
+        );
+        let rule = rule_of(&yaml);
+        assert_eq!(rule.limits.len(), 2);
+        assert_eq!((rule.requests_per_unit, rule.name.as_str()), (10, "burst"));
+        assert_eq!(
+            rule.names().collect::<Vec<_>>(),
+            ["burst", "burst", "daily"]
+        );
+        assert_eq!(
+            load_one(&yaml).unwrap().dump(),
+            "d.k: unit=SECOND requests_per_unit=10, shadow_mode: false, quota_mode: false, limits: token_bucket 10/1s burst 10, sliding_window 10000/86400s\n"
+        );
+        // A plain fixed window inside rate_limits uses the extension path too.
+        let rule = rule_of(&format!(
+            "{HEAD}    rate_limits:\n      - unit: second\n        requests_per_unit: 1\n"
+        ));
+        assert!(!rule.is_original());
+        assert!(matches!(rule.limits[0].limiter, Limiter::FixedWindow(_)));
+    }
+
+    #[test]
+    fn refusals_say_what_and_where() {
+        let rl = "    rate_limit:\n      unit: second\n      requests_per_unit: 10\n";
+        let cases: [(String, ConfigErrorKind, usize); 9] = [
+            (
+                format!("{HEAD}{rl}      algorithm: leaky_bucket\n"),
+                ConfigErrorKind::InvalidAlgorithm("leaky_bucket".into()),
+                5,
+            ),
+            (
+                format!("{HEAD}{rl}      unit_multiplier: 0\n"),
+                ConfigErrorKind::ZeroUnitMultiplier,
+                5,
+            ),
+            (
+                format!("{HEAD}{rl}      burst: 5\n"),
+                ConfigErrorKind::InvalidLimit(InvalidLimit::BurstWithoutBucket { burst: 5 }),
+                5,
+            ),
+            (
+                format!("{HEAD}    rate_limit:\n      unit: second\n      requests_per_unit: 1001\n      algorithm: sliding_log\n"),
+                ConfigErrorKind::InvalidLimit(InvalidLimit::LogLimitTooLarge { limit: 1001, max: 1000 }),
+                5,
+            ),
+            (
+                format!("{HEAD}{rl}    rate_limits:\n      - unit: second\n        requests_per_unit: 1\n"),
+                ConfigErrorKind::BothRateLimitForms,
+                8,
+            ),
+            (
+                format!("{HEAD}    rate_limits: []\n"),
+                ConfigErrorKind::EmptyRateLimits,
+                4,
+            ),
+            (
+                format!("{HEAD}    rate_limits:\n      - unlimited: true\n"),
+                ConfigErrorKind::NotAllowedInRateLimits("unlimited"),
+                5,
+            ),
+            (
+                format!("{HEAD}    rate_limits:\n      - unit: second\n        requests_per_unit: 1\n        replaces:\n          - name: x\n"),
+                ConfigErrorKind::NotAllowedInRateLimits("replaces"),
+                8,
+            ),
+            (
+                format!("{HEAD}    rate_limits:\n      - unit: minute\n        requests_per_unit: 1\n        algorithm: sliding_window\n      - unit: second\n        requests_per_unit: 2\n        unit_multiplier: 60\n        algorithm: sliding_window\n"),
+                ConfigErrorKind::DuplicateLimitWindow { algorithm: AlgorithmName::SlidingWindow, seconds: 60 },
+                8,
+            ),
+        ];
+        for (yaml, kind, line) in cases {
+            let e = error_of(&yaml);
+            assert_eq!(e.kind, kind, "{yaml}");
+            assert_eq!(e.line, Some(line), "{yaml}");
+            assert!(e.to_string().starts_with("f.yaml: "));
+        }
+        // The unit rules of a rate_limit block hold inside rate_limits.
+        let e = error_of(&format!(
+            "{HEAD}    rate_limits:\n      - unit: fortnight\n        requests_per_unit: 1\n"
+        ));
+        assert_eq!(e.kind, ConfigErrorKind::InvalidUnit("fortnight".into()));
+        assert_eq!(
+            error_of(&format!("{HEAD}{rl}      burst: many\n")).to_string(),
+            "f.yaml: error loading config file: yaml: unmarshal errors:\n  line 7: cannot unmarshal !!str `many` into uint32"
+        );
+    }
+
+    #[test]
+    fn misspelled_extension_keys_get_a_hint() {
+        let e = error_of(&format!(
+            "{HEAD}    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      algoritm: token_bucket\n"
+        ));
+        assert_eq!(e.kind, ConfigErrorKind::UnknownKey("algoritm".into()));
+        assert_eq!(e.hint.as_deref(), Some("did you mean 'algorithm'?"));
+        let e = error_of(&format!("{HEAD}    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      unit_multipler: 2\n"));
+        assert_eq!(e.hint.as_deref(), Some("did you mean 'unit_multiplier'?"));
+    }
 }

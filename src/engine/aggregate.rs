@@ -38,7 +38,7 @@ pub fn apply_replaces(limits: &mut [Option<MatchedLimit>]) -> Vec<Disposition> {
     }
     for (i, limit) in limits.iter().enumerate() {
         if let (Disposition::Checked, Some(l)) = (out[i], limit) {
-            if !l.rule.name.is_empty() && replacing.contains(&l.rule.name.as_str()) {
+            if l.rule.names().any(|n| replacing.contains(&n)) {
                 out[i] = Disposition::DroppedByReplaces;
             }
         }

@@ -3,12 +3,15 @@
 //! around one store round trip; the pure steps live in their own modules:
 //!
 //! - [`aggregate`]: `unlimited`, `replaces`, the overall code;
+//! - `checked`: descriptors decided all or nothing (the opt-in
+//!   algorithms, and the original's windows with `ALL_OR_NOTHING`);
 //! - [`headers`]: the rate-limit response headers;
 //! - [`dynamic_metadata`]: the response's dynamic metadata;
 //! - [`local_cache`]: the local over-limit cache;
 //! - [`types`]: request, response and errors.
 
 pub mod aggregate;
+mod checked;
 pub mod dynamic_metadata;
 pub mod headers;
 pub mod local_cache;
@@ -23,7 +26,7 @@ use crate::limiter::fixed_window::{self, Window};
 use crate::limiter::Clock;
 use crate::metrics::Stats;
 use crate::store::key::fixed_window_key;
-use crate::store::{Increment, IncrementPolicy, Store};
+use crate::store::{Check, Increment, IncrementPolicy, Store};
 
 pub use aggregate::Disposition;
 pub use headers::HeaderNames;
@@ -44,6 +47,10 @@ pub struct EngineOptions {
     pub expiration_jitter_max_seconds: u64,
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`.
     pub stop_increment_when_over_limit: bool,
+    /// `ALL_OR_NOTHING` (ours): the original's fixed windows too are decided
+    /// before they are counted, all or nothing with the request's other
+    /// limits.
+    pub all_or_nothing: bool,
     /// `SHADOW_MODE`.
     pub shadow_mode: bool,
     /// `QUOTA_MODE`.
@@ -61,6 +68,7 @@ impl Default for EngineOptions {
             cache_key_prefix: String::new(),
             expiration_jitter_max_seconds: 300,
             stop_increment_when_over_limit: false,
+            all_or_nothing: false,
             shadow_mode: false,
             quota_mode: false,
             response_dynamic_metadata: false,
@@ -185,8 +193,25 @@ impl Engine {
             })
             .collect();
 
-        let pending = self.pending(request, limits, now);
-        let after = self.count(&pending).await?;
+        // The original's windows go the original's way unless ALL_OR_NOTHING;
+        // every other limit is checked all or nothing.
+        let (original, to_check): (Vec<_>, Vec<_>) = limits
+            .into_iter()
+            .map(|l| match l {
+                Some(l) if l.rule.is_original() && !self.options.all_or_nothing => (Some(l), None),
+                other => (None, other),
+            })
+            .unzip();
+        let pending = self.pending(request, original, now);
+        let (checks, checked) = self.checks(request, to_check, now);
+        let (after, reply) = futures::join!(self.count(&pending), async {
+            if checks.is_empty() {
+                Ok(None)
+            } else {
+                self.store.check(&checks).await.map(Some)
+            }
+        });
+        let (after, reply) = (after?, reply?);
 
         let mut statuses: Vec<DescriptorStatus> = dispositions
             .iter()
@@ -203,12 +228,26 @@ impl Engine {
         for (p, after) in pending.iter().zip(after) {
             statuses[p.index] = self.status(p, after, now);
         }
+        if let Some(reply) = reply {
+            for d in &checked {
+                statuses[d.index] = checked::status(
+                    d,
+                    &reply.results,
+                    reply.committed,
+                    self.options.near_limit_ratio,
+                    now,
+                );
+            }
+        }
 
         let (mut overall, passed) = aggregate::overall_code(&statuses, &dispositions, &quota);
         let mut response_headers_to_add = Vec::new();
         if let Some(names) = &self.options.response_headers {
             if let Some(i) = headers::chosen_status(&statuses, &dispositions, &quota) {
-                let reset = statuses[i].duration_until_reset.map_or(0, |d| d.as_secs());
+                // Whole seconds, rounded up: a sub-second wait is not "0".
+                let reset = statuses[i]
+                    .duration_until_reset
+                    .map_or(0, |d| d.as_secs() + u64::from(d.subsec_nanos() > 0));
                 response_headers_to_add = headers::headers(names, &statuses[i], reset);
             }
         }
@@ -245,9 +284,7 @@ impl Engine {
             let Some(unit_seconds) = limit.rule.unit.seconds() else {
                 continue;
             };
-            let hits = d
-                .hits_addend
-                .unwrap_or_else(|| u64::from(request.hits_addend.max(1)));
+            let hits = hits_of(request, index);
             let window = Window::containing(now, unit_seconds);
             let key = fixed_window_key(
                 &self.options.cache_key_prefix,
@@ -273,6 +310,40 @@ impl Engine {
             });
         }
         out
+    }
+
+    /// The checks of the descriptors decided all or nothing, and what each
+    /// descriptor needs to read its answers; counts `total_hits`.
+    fn checks(
+        &self,
+        request: &RateLimitRequest,
+        limits: Vec<Option<MatchedLimit>>,
+        now: u64,
+    ) -> (Vec<Check>, Vec<checked::CheckedDescriptor>) {
+        let options = checked::KeyOptions {
+            prefix: &self.options.cache_key_prefix,
+            shadow_mode: self.options.shadow_mode,
+        };
+        let mut batch = Vec::new();
+        let mut described = Vec::new();
+        for (index, limit) in limits.into_iter().enumerate() {
+            let Some(limit) = limit else { continue };
+            let hits = hits_of(request, index);
+            let stats = self.stats.rule(&limit.stats_key);
+            stats.total_hits.increment(hits);
+            described.extend(checked::add_checks(
+                &mut batch,
+                request,
+                index,
+                limit,
+                stats,
+                hits,
+                now,
+                &options,
+                |length| length + self.jitter(),
+            ));
+        }
+        (batch, described)
     }
 
     /// One store round trip for the descriptors not answered by the local
@@ -362,3 +433,14 @@ impl Engine {
         }
     }
 }
+
+/// The cost of descriptor `index`: its own `hits_addend` when present (even
+/// 0), else the request's, where 0 means 1.
+fn hits_of(request: &RateLimitRequest, index: usize) -> u64 {
+    request.descriptors[index]
+        .hits_addend
+        .unwrap_or_else(|| u64::from(request.hits_addend.max(1)))
+}
+
+#[cfg(test)]
+mod tests;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::gcra::{Gcra, GcraState};
 use super::sliding_log::{SlidingLog, SlidingLogState};
 use super::sliding_window::{SlidingWindowCounter, SlidingWindowState};
+use super::window_counter::{FixedWindowCounter, WindowCount};
 use super::Decision;
 
 /// A rate-limit algorithm. Implementations do no I/O and read no clock.
@@ -52,3 +53,4 @@ macro_rules! algorithm {
 algorithm!(Gcra, GcraState);
 algorithm!(SlidingWindowCounter, SlidingWindowState);
 algorithm!(SlidingLog, SlidingLogState);
+algorithm!(FixedWindowCounter, WindowCount);

@@ -112,6 +112,13 @@ pub enum InvalidLimit {
         /// The burst asked for.
         burst: u64,
     },
+    /// `burst` is the token bucket's capacity; other algorithms admit up to
+    /// their limit per window and have none.
+    #[error("burst ({burst}) applies to the token_bucket algorithm only")]
+    BurstWithoutBucket {
+        /// The burst asked for.
+        burst: u64,
+    },
     /// Refilling a full bucket (`burst × period / limit`) would take longer
     /// than `u64::MAX` ns (about 584 years).
     #[error("refilling a burst of {burst} at {limit} per {period:?} takes longer than {max:?}")]

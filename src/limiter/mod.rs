@@ -5,10 +5,12 @@
 //! - [`clock`]: the injected time source;
 //! - [`fixed_window`]: the original's algorithm and status arithmetic (the
 //!   default; up to 2 × limit across a window boundary);
-//! - the opt-in algorithms behind the [`Algorithm`] trait, each with its
+//! - the opt-in algorithms, one [`Limiter`] of them per configured limit, behind the [`Algorithm`] trait, each with its
 //!   error bound in its doc: [`gcra`] (token bucket, one timestamp per key),
 //!   [`sliding_window`] (two counters, at most limit − 1 above exact),
-//!   [`sliding_log`] (exact, limits up to [`MAX_LOG_LIMIT`]);
+//!   [`sliding_log`] (exact, limits up to [`MAX_LOG_LIMIT`]),
+//!   [`window_counter`] (fixed window of any length that counts only what
+//!   it admits, at most 2 × limit across a boundary);
 //! - [`decision`]: what they answer: allow with remaining, or deny with a
 //!   retry time that is always positive.
 
@@ -17,16 +19,20 @@ pub mod clock;
 pub mod decision;
 pub mod fixed_window;
 pub mod gcra;
+pub mod limit;
 pub mod sliding_log;
 pub mod sliding_window;
 #[cfg(test)]
 mod testing;
 pub mod unit;
+pub mod window_counter;
 
 pub use algorithm::Algorithm;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, InvalidLimit};
 pub use gcra::{Gcra, GcraState};
+pub use limit::{AlgorithmName, Limiter, LimiterState};
 pub use sliding_log::{Hit, SlidingLog, SlidingLogState, MAX_LOG_LIMIT};
 pub use sliding_window::{SlidingWindowCounter, SlidingWindowState};
 pub use unit::Unit;
+pub use window_counter::{FixedWindowCounter, WindowCount};

@@ -252,6 +252,9 @@ pub struct LimiterSettings {
     pub expiration_jitter_max_seconds: i64,
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: do not increment keys already over limit.
     pub stop_cache_key_increment_when_overlimit: bool,
+    /// `ALL_OR_NOTHING` (ours): the original's fixed windows too are
+    /// counted only if every limit of the request passes.
+    pub all_or_nothing: bool,
 }
 
 /// What a response carries, and the global modes that shape it.
@@ -754,6 +757,7 @@ impl Settings {
                 expiration_jitter_max_seconds: r.get(ENV_EXPIRATION_JITTER_MAX_SECONDS, parse_int),
                 stop_cache_key_increment_when_overlimit: r
                     .get(ENV_STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, parse_bool),
+                all_or_nothing: r.get(ENV_ALL_OR_NOTHING, parse_bool),
             },
             response: ResponseSettings {
                 headers: ResponseHeaderSettings {

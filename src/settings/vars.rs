@@ -86,6 +86,13 @@ pub const ENV_SHUTDOWN_TIMEOUT: &str = "SHUTDOWN_TIMEOUT";
 /// statsd library rather than its settings; honoured here the same way.
 pub const ENV_STATSD_PROTOCOL: &str = "STATSD_PROTOCOL";
 
+/// `true`: a request's fixed-window limits in the original's vocabulary
+/// are decided first and counted only if every limit of the request passes
+/// (all or nothing), instead of the original's count-every-hit. Ours;
+/// default `false` (the original's behaviour). The opt-in algorithms are
+/// always all or nothing.
+pub const ENV_ALL_OR_NOTHING: &str = "ALL_OR_NOTHING";
+
 /// Variables this service adds to the original's. Each is opt-in: its
 /// default keeps an existing deployment's behaviour.
 pub static EXTENSIONS: &[VarSpec] = &[
@@ -105,6 +112,12 @@ pub static EXTENSIONS: &[VarSpec] = &[
         name: ENV_SHUTDOWN_TIMEOUT,
         kind: Kind::Duration,
         default: "15s",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_ALL_OR_NOTHING,
+        kind: Kind::Bool,
+        default: "false",
         support: Support::Active,
     },
 ];

@@ -27,8 +27,11 @@ use async_trait::async_trait;
 use parking_lot::{Mutex, MutexGuard};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
-use super::{Increment, IncrementPolicy, Store, StoreError};
-use crate::limiter::Clock;
+use super::{
+    Check, CheckReply, Checked, CheckedLimit, Increment, IncrementPolicy, Store, StoreError,
+};
+use crate::limiter::fixed_window::Window;
+use crate::limiter::{Algorithm, Clock, FixedWindowCounter, Limiter, LimiterState, WindowCount};
 
 const SHARDS: usize = 64;
 
@@ -59,10 +62,22 @@ impl Hasher for PassThrough {
 
 type Shard = HashMap<u128, Counter, BuildHasherDefault<PassThrough>>;
 
+/// The state of one opt-in limit's key and when it may be dropped.
+#[derive(Debug, Clone)]
+struct Slot {
+    state: LimiterState,
+    /// Since the Unix epoch; past it the key is as good as absent.
+    expires_at: Duration,
+}
+
+type StateShard = HashMap<u128, Slot, BuildHasherDefault<PassThrough>>;
+
 /// In-process fixed-window counters. Cheap to share: wrap it in an `Arc`.
 #[derive(Debug)]
 pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
+    /// The opt-in algorithms' states ([`Store::check`]).
+    states: Box<[Mutex<StateShard>]>,
     secret: (u64, u64),
     clock: Arc<dyn Clock>,
 }
@@ -72,6 +87,9 @@ impl MemoryStore {
     pub fn new(clock: Arc<dyn Clock>) -> MemoryStore {
         MemoryStore {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            states: (0..SHARDS)
+                .map(|_| Mutex::new(StateShard::default()))
+                .collect(),
             secret: (rand::random(), rand::random()),
             clock,
         }
@@ -87,9 +105,11 @@ impl MemoryStore {
         (id >> 122) as usize % SHARDS
     }
 
-    /// Number of live (possibly expired, not yet swept) counters.
+    /// Number of live (possibly expired, not yet swept) counters and
+    /// algorithm states.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        self.shards.iter().map(|s| s.lock().len()).sum::<usize>()
+            + self.states.iter().map(|s| s.lock().len()).sum::<usize>()
     }
 
     /// Whether no counter is held.
@@ -107,9 +127,15 @@ impl MemoryStore {
             let before = map.len();
             map.retain(|_, c| c.expires_at > now);
             removed += before - map.len();
-            if map.capacity() > 64 && map.len() < map.capacity() / 4 {
-                map.shrink_to_fit();
-            }
+            shrink(&mut map);
+        }
+        let now = self.clock.now();
+        for shard in self.states.iter() {
+            let mut map = shard.lock();
+            let before = map.len();
+            map.retain(|_, slot| slot.expires_at > now);
+            removed += before - map.len();
+            shrink(&mut map);
         }
         removed
     }
@@ -150,8 +176,27 @@ impl MemoryStore {
     }
 }
 
+/// Gives table memory back once a table is mostly empty.
+fn shrink<V>(map: &mut HashMap<u128, V, BuildHasherDefault<PassThrough>>) {
+    if map.capacity() > 64 && map.len() < map.capacity() / 4 {
+        map.shrink_to_fit();
+    }
+}
+
+/// Locks the shards of `ids`, in index order (so that two batches can never
+/// deadlock), for one atomic step over a batch.
+fn lock_shards<'a, T>(
+    shards: &'a [Mutex<T>],
+    ids: impl Iterator<Item = u128>,
+) -> Vec<(usize, MutexGuard<'a, T>)> {
+    let mut order: Vec<usize> = ids.map(MemoryStore::shard_of).collect();
+    order.sort_unstable();
+    order.dedup();
+    order.into_iter().map(|i| (i, shards[i].lock())).collect()
+}
+
 /// The locked shard that holds `id`, among the guards taken for a batch.
-fn locked<'a>(guards: &'a mut [(usize, MutexGuard<'_, Shard>)], id: u128) -> &'a mut Shard {
+fn locked<'a, T>(guards: &'a mut [(usize, MutexGuard<'_, T>)], id: u128) -> &'a mut T {
     let i = MemoryStore::shard_of(id);
     let at = guards
         .iter()
@@ -191,11 +236,7 @@ impl Store for MemoryStore {
             IncrementPolicy::OnlyIfNoneWouldExceed => {
                 // Lock every shard the batch touches, in index order (no
                 // deadlock), so the check and the increments are one step.
-                let mut order: Vec<usize> = ids.iter().map(|&id| Self::shard_of(id)).collect();
-                order.sort_unstable();
-                order.dedup();
-                let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
-                    order.iter().map(|&i| (i, self.shards[i].lock())).collect();
+                let mut guards = lock_shards(&self.shards, ids.iter().copied());
                 let would_exceed: Vec<bool> = batch
                     .iter()
                     .zip(&ids)
@@ -225,6 +266,118 @@ impl Store for MemoryStore {
             }
         }
     }
+
+    /// All or nothing over the batch under the locks of every shard it
+    /// touches, so the whole batch is one atomic step.
+    async fn check(&self, batch: &[Check]) -> Result<CheckReply, StoreError> {
+        let now = self.clock.now();
+        let ids: Vec<u128> = batch.iter().map(|c| self.id(&c.key)).collect();
+        let is_counter = |c: &Check| matches!(c.limit, CheckedLimit::OriginalWindow { .. });
+        let of_kind = |counter: bool| {
+            batch
+                .iter()
+                .zip(&ids)
+                .filter(move |(c, _)| is_counter(c) == counter)
+                .map(|(_, &id)| id)
+        };
+        let mut counters = lock_shards(&self.shards, of_kind(true));
+        let mut states = lock_shards(&self.states, of_kind(false));
+        // What the batch would write, so that checks on one key see the
+        // ones before them.
+        let mut pending: HashMap<u128, Slot> = HashMap::new();
+        let mut results = Vec::with_capacity(batch.len());
+        for (check, &id) in batch.iter().zip(&ids) {
+            let (limiter, stored) = match &check.limit {
+                CheckedLimit::Algorithm(limiter) => {
+                    let stored = locked(&mut states, id)
+                        .get(&id)
+                        .filter(|slot| slot.expires_at > now)
+                        .map(|slot| slot.state.clone());
+                    (*limiter, stored)
+                }
+                CheckedLimit::OriginalWindow { limit, window, .. } => {
+                    let count = locked(&mut counters, id)
+                        .get(&id)
+                        .filter(|c| c.expires_at > now.as_secs())
+                        .map_or(0, |c| c.count);
+                    let limiter = original_window(*limit, window);
+                    let state = LimiterState::FixedWindow(WindowCount {
+                        window_start: Duration::from_secs(window.start),
+                        count,
+                    });
+                    (limiter, Some(state))
+                }
+            };
+            let state = pending.get(&id).map(|slot| slot.state.clone()).or(stored);
+            let (decision, next) = limiter.decide(state.clone(), check.cost, now);
+            let count = |s: &Option<LimiterState>| match s {
+                Some(LimiterState::FixedWindow(w)) => w.count,
+                _ => 0,
+            };
+            let before = count(&state);
+            if decision.is_allowed() && check.cost > 0 {
+                let expires_at = now + limiter.expires_after(&next, now);
+                pending.insert(
+                    id,
+                    Slot {
+                        state: next,
+                        expires_at,
+                    },
+                );
+            }
+            results.push((decision, before));
+        }
+        let committed = batch
+            .iter()
+            .zip(&results)
+            .all(|(c, (d, _))| !c.binding || d.is_allowed());
+        let mut out = Vec::with_capacity(batch.len());
+        for ((check, &id), (decision, before)) in batch.iter().zip(&ids).zip(results) {
+            let mut count = before;
+            if let (true, CheckedLimit::OriginalWindow { window, .. }) = (committed, &check.limit) {
+                if decision.is_allowed() {
+                    count = before.saturating_add(check.cost);
+                }
+                if let Some(Slot {
+                    state: LimiterState::FixedWindow(w),
+                    ..
+                }) = pending.get(&id)
+                {
+                    locked(&mut counters, id).insert(
+                        id,
+                        Counter {
+                            count: w.count,
+                            expires_at: window.start + window.length,
+                        },
+                    );
+                }
+            }
+            out.push(Checked { decision, count });
+        }
+        if committed {
+            for (check, &id) in batch.iter().zip(&ids) {
+                if let (CheckedLimit::Algorithm(_), Some(slot)) = (&check.limit, pending.get(&id)) {
+                    locked(&mut states, id).insert(id, slot.clone());
+                }
+            }
+        }
+        Ok(CheckReply {
+            results: out,
+            committed,
+        })
+    }
+}
+
+/// The original's window as a [`Limiter`] over the window's length (its key
+/// already names the window).
+pub(crate) fn original_window(limit: u64, window: &Window) -> Limiter {
+    let length = Duration::from_secs(window.length.max(1));
+    // A window of at least one second and at most u64::MAX seconds is
+    // within what FixedWindowCounter accepts up to about 584 years; longer
+    // never comes from a proto unit.
+    Limiter::FixedWindow(FixedWindowCounter::new(limit, length).unwrap_or_else(|_| {
+        FixedWindowCounter::new(limit, Duration::from_secs(1)).expect("1 s is a valid window")
+    }))
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ pub mod redis;
 use async_trait::async_trait;
 
 use crate::limiter::fixed_window::Window;
+use crate::limiter::{Decision, Limiter};
 
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
@@ -48,6 +49,62 @@ pub enum IncrementPolicy {
     /// otherwise all are. Decided and applied atomically over the batch
     /// (the original reads, then writes, in two round trips).
     OnlyIfNoneWouldExceed,
+}
+
+/// One limit of a request for [`Store::check`]: decided first, committed
+/// only if every binding limit of the batch passes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check {
+    /// The store key. Keys of one descriptor share a hash tag (see
+    /// [`key::algorithm_key`]), so they are always on one slot.
+    pub key: String,
+    /// What decides.
+    pub limit: CheckedLimit,
+    /// The request's cost (`hits_addend`).
+    pub cost: u64,
+    /// Whether a denial of this limit stops the whole batch from being
+    /// committed (false for shadow-mode limits, which only report).
+    pub binding: bool,
+}
+
+/// The limit of a [`Check`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum CheckedLimit {
+    /// An opt-in algorithm, deciding at the store's time.
+    Algorithm(Limiter),
+    /// The original's fixed-window counter, on the original's key (which
+    /// names its window) and value, so that an old instance shares it; but
+    /// admitted only if `count + cost ≤ limit`, and counted only when the
+    /// batch commits (`ALL_OR_NOTHING`).
+    OriginalWindow {
+        /// Requests per window.
+        limit: u64,
+        /// The window the key counts.
+        window: Window,
+        /// The key's TTL when created (window length plus jitter).
+        ttl_seconds: u64,
+    },
+}
+
+/// The answer for one [`Check`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checked {
+    /// The limit's decision. For an [`CheckedLimit::OriginalWindow`] its
+    /// durations are the store's and the caller takes them from the window.
+    pub decision: Decision,
+    /// For an [`CheckedLimit::OriginalWindow`]: the counter after the batch
+    /// (incremented only if the batch committed); 0 otherwise.
+    pub count: u64,
+}
+
+/// The answer for a batch of [`Check`]s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckReply {
+    /// One per check, in batch order.
+    pub results: Vec<Checked>,
+    /// Whether the admitted costs were committed: true iff every binding
+    /// check was admitted.
+    pub committed: bool,
 }
 
 /// Why a store could not answer. Being over a limit is never an error.
@@ -90,4 +147,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         batch: &[Increment],
         policy: IncrementPolicy,
     ) -> Result<Vec<u64>, StoreError>;
+
+    /// Decides every check of `batch` at the store's time and, iff every
+    /// binding check is admitted, commits the admitted costs: all or
+    /// nothing. Checks on one key see each other in batch order. Where the
+    /// store cannot commit the batch in one atomic step (keys on several
+    /// Redis Cluster slots) it says how far it can be off in its doc.
+    async fn check(&self, batch: &[Check]) -> Result<CheckReply, StoreError>;
 }

@@ -301,6 +301,7 @@ async fn connect_one(options: &RedisOptions, retry: StartupRetry) -> Result<Back
                     pool,
                     clustered,
                     script: Script::from_lua(super::scripts::FIXED_WINDOW),
+                    algorithms: Script::from_lua(super::scripts::ALGORITHMS),
                 });
             }
             Err(e) => {

@@ -18,6 +18,7 @@
 //! is bounded by the hits of the requests in flight on those keys (the
 //! original has this race on every request).
 
+mod algorithms;
 mod coalesce;
 pub mod connect;
 pub mod scripts;
@@ -30,7 +31,7 @@ use fred::clients::Pool;
 use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::scripts::Script;
 
-use super::{Increment, IncrementPolicy, Store, StoreError, StoreErrorKind};
+use super::{Check, CheckReply, Increment, IncrementPolicy, Store, StoreError, StoreErrorKind};
 
 pub use connect::{connect, RedisOptions, StartupRetry};
 
@@ -40,6 +41,8 @@ struct Backend {
     pool: Pool,
     clustered: bool,
     script: Script,
+    /// The opt-in algorithms ([`algorithms`]).
+    algorithms: Script,
 }
 
 /// A deployment and, for a single node (plain or behind sentinels), the
@@ -246,5 +249,9 @@ impl Store for RedisStore {
                 self.run_groups("always", batch, &groups, &hits).await
             }
         }
+    }
+
+    async fn check(&self, batch: &[Check]) -> Result<CheckReply, StoreError> {
+        algorithms::check(self, batch).await
     }
 }

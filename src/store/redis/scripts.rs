@@ -21,3 +21,8 @@
 
 /// The script text.
 pub const FIXED_WINDOW: &str = include_str!("fixed_window.lua");
+
+/// The opt-in algorithms' script (`algorithms.lua`): every check of one
+/// request on one node (one slot) decided at the server's `TIME` and
+/// committed all or nothing; see [`super::algorithms`] for the layout.
+pub const ALGORITHMS: &str = include_str!("algorithms.lua");

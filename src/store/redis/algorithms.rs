@@ -1,0 +1,280 @@
+//! The opt-in algorithms in Redis: [`Store::check`](crate::store::Store::check)
+//! as one `algorithms.lua` call per node (per hash slot in Redis Cluster).
+//!
+//! # Time
+//!
+//! The script reads `TIME` and decides in whole microseconds; no service
+//! node's clock enters a decision. (The memory store decides in nanoseconds
+//! on its injected clock; the algorithms are the same, the unit of time is
+//! not, so GCRA's rounding up of each admission's cost is at most 1 µs here
+//! instead of 1 ns. Lua numbers are doubles: products above 2⁵³, e.g. a
+//! burst of 10⁹ over a day in µs, lose exactness.)
+//!
+//! # All or nothing
+//!
+//! Checks on one node are one script: decided, then committed only if every
+//! binding check passes, atomically. Keys of one descriptor share a hash
+//! tag, so all limits of one descriptor are always on one slot. A request
+//! whose descriptors are on several slots (or on the main and the
+//! per-second Redis) is **reserved, then refunded**: every slot's script runs
+//! concurrently and commits its own part if that part passes; if any part
+//! failed, the parts that committed are sent a refund (the same costs taken
+//! back, and the sliding log's entries removed by name). Bound: a request
+//! that is refused holds its cost on the other slots' limits for one round
+//! trip (concurrent requests can be denied meanwhile: at most the cost of
+//! the requests in flight on those keys), and keeps it only if the refund
+//! itself fails (Redis down between the two calls), at most its cost per
+//! limit. `integration/redis_service.rs` measures it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::{store_error, RedisStore};
+use crate::limiter::Decision;
+use crate::store::{Check, CheckReply, Checked, CheckedLimit, StoreError, StoreErrorKind};
+
+/// Fields per check in ARGV.
+const FIELDS: usize = 6;
+
+/// One script call's worth of checks.
+struct Part<'a> {
+    per_second: bool,
+    positions: Vec<usize>,
+    batch: &'a [Check],
+}
+
+impl Part<'_> {
+    fn keys(&self) -> Vec<String> {
+        self.positions
+            .iter()
+            .map(|&i| self.batch[i].key.clone())
+            .collect()
+    }
+
+    fn argv(
+        &self,
+        mode: &str,
+        nonce: &str,
+        commit_time: u64,
+        only: Option<&[usize]>,
+    ) -> Vec<String> {
+        let positions: Vec<usize> = match only {
+            Some(only) => only.to_vec(),
+            None => self.positions.clone(),
+        };
+        let mut argv = Vec::with_capacity(4 + FIELDS * positions.len());
+        argv.extend([
+            mode.to_string(),
+            nonce.to_string(),
+            commit_time.to_string(),
+            positions.len().to_string(),
+        ]);
+        for &i in &positions {
+            let c = &self.batch[i];
+            let (kind, limit, period, burst) = fields(&c.limit);
+            argv.extend([
+                kind.to_string(),
+                limit.to_string(),
+                period.to_string(),
+                burst.to_string(),
+                c.cost.to_string(),
+                if c.binding { "1" } else { "0" }.to_string(),
+            ]);
+        }
+        argv
+    }
+}
+
+/// `kind, limit, period (µs; the TTL in s for "ow"), burst`.
+fn fields(limit: &CheckedLimit) -> (&'static str, u64, u64, u64) {
+    let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1);
+    match limit {
+        CheckedLimit::Algorithm(l) => {
+            let kind = l.name().key_tag();
+            (kind, l.limit(), micros(l.period()), l.capacity())
+        }
+        CheckedLimit::OriginalWindow {
+            limit, ttl_seconds, ..
+        } => ("ow", *limit, *ttl_seconds, *limit),
+    }
+}
+
+/// One check's reply: `code, remaining, retry µs, reset µs, count`.
+fn decision(c: &Check, row: &[i64], now_us: i64) -> Checked {
+    let us = |v: i64| Duration::from_micros(v.max(0).unsigned_abs());
+    let (code, remaining, mut retry, mut reset, count) = (
+        row[0],
+        row[1].max(0).unsigned_abs(),
+        us(row[2]),
+        us(row[3]),
+        row[4].max(0).unsigned_abs(),
+    );
+    if let CheckedLimit::OriginalWindow { window, .. } = &c.limit {
+        // The key names the window; its end is the reset.
+        let now = us(now_us).as_secs();
+        let end = window.start + window.length;
+        reset = Duration::from_secs(end.saturating_sub(now).max(1));
+        retry = reset;
+    }
+    let decision = match code {
+        1 => Decision::Allow {
+            remaining,
+            reset_after: reset,
+        },
+        2 => Decision::ExceedsCapacity {
+            capacity: match &c.limit {
+                CheckedLimit::Algorithm(l) => l.capacity(),
+                CheckedLimit::OriginalWindow { limit, .. } => *limit,
+            },
+            reset_after: reset,
+        },
+        _ => Decision::Deny {
+            retry_after: retry.max(Duration::from_micros(1)),
+            reset_after: reset,
+        },
+    };
+    Checked { decision, count }
+}
+
+fn malformed(what: &str) -> StoreError {
+    StoreError {
+        kind: StoreErrorKind::Rejected,
+        message: format!("unexpected reply from the algorithms script: {what}"),
+    }
+}
+
+pub(super) async fn check(store: &RedisStore, batch: &[Check]) -> Result<CheckReply, StoreError> {
+    if batch.is_empty() {
+        return Ok(CheckReply {
+            results: Vec::new(),
+            committed: true,
+        });
+    }
+    let mut groups: BTreeMap<(bool, u16), Vec<usize>> = BTreeMap::new();
+    for (i, c) in batch.iter().enumerate() {
+        let per_second = store.per_second.is_some()
+            && matches!(c.limit, CheckedLimit::OriginalWindow { window, .. } if window.length == 1);
+        let slot = if store.node(per_second).backend.clustered {
+            fred::util::redis_keyslot(c.key.as_bytes())
+        } else {
+            0
+        };
+        groups.entry((per_second, slot)).or_default().push(i);
+    }
+    let parts: Vec<Part<'_>> = groups
+        .into_iter()
+        .map(|((per_second, _), positions)| Part {
+            per_second,
+            positions,
+            batch,
+        })
+        .collect();
+    let nonce = format!("{:x}", rand::random::<u64>());
+    let calls = parts.iter().map(|part| {
+        let backend = &store.node(part.per_second).backend;
+        let argv = part.argv("commit", &nonce, 0, None);
+        async move {
+            let client = backend.pool.next();
+            backend
+                .algorithms
+                .evalsha_with_reload::<Vec<i64>, _, _>(client, part.keys(), argv)
+                .await
+                .map_err(|e| store_error(&e))
+        }
+    });
+    let replies = futures::future::join_all(calls).await;
+
+    let mut results: Vec<Option<Checked>> = vec![None; batch.len()];
+    let mut committed_parts = Vec::new();
+    let mut all_committed = true;
+    let mut first_error = None;
+    for (part, reply) in parts.iter().zip(replies) {
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                all_committed = false;
+                first_error.get_or_insert(e);
+                continue;
+            }
+        };
+        if reply.len() != 2 + 5 * part.positions.len() {
+            all_committed = false;
+            first_error.get_or_insert(malformed("wrong length"));
+            continue;
+        }
+        let (now_us, committed) = (reply[0], reply[1] == 1);
+        for (&i, row) in part.positions.iter().zip(reply[2..].chunks(5)) {
+            results[i] = Some(decision(&batch[i], row, now_us));
+        }
+        if committed {
+            committed_parts.push((part, now_us));
+        } else {
+            all_committed = false;
+        }
+    }
+    if !all_committed && parts.len() > 1 {
+        refund(store, &committed_parts, &results, &nonce).await;
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    let results = results
+        .into_iter()
+        .zip(batch)
+        .map(|(r, c)| {
+            let mut r = r.ok_or_else(|| malformed("a check without an answer"))?;
+            if all_committed && r.decision.is_allowed() {
+                if let CheckedLimit::OriginalWindow { .. } = c.limit {
+                    r.count = r.count.saturating_add(c.cost);
+                }
+            }
+            Ok(r)
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    Ok(CheckReply {
+        results,
+        committed: all_committed,
+    })
+}
+
+/// Takes back what the committed parts of a refused request took. A
+/// failed refund is logged: it leaves at most the request's cost counted
+/// on those limits (see the module doc).
+async fn refund(
+    store: &RedisStore,
+    committed: &[(&Part<'_>, i64)],
+    results: &[Option<Checked>],
+    nonce: &str,
+) {
+    let calls = committed.iter().filter_map(|(part, now_us)| {
+        let taken: Vec<usize> = part
+            .positions
+            .iter()
+            .copied()
+            .filter(|&i| {
+                part.batch[i].cost > 0 && results[i].is_some_and(|r| r.decision.is_allowed())
+            })
+            .collect();
+        if taken.is_empty() {
+            return None;
+        }
+        let backend = &store.node(part.per_second).backend;
+        let keys = taken
+            .iter()
+            .map(|&i| part.batch[i].key.clone())
+            .collect::<Vec<_>>();
+        let argv = part.argv("refund", nonce, now_us.max(&0).unsigned_abs(), Some(&taken));
+        Some(async move {
+            let client = backend.pool.next();
+            backend
+                .algorithms
+                .evalsha_with_reload::<Vec<i64>, _, _>(client, keys, argv)
+                .await
+        })
+    });
+    for result in futures::future::join_all(calls).await {
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "refund of a refused request failed; its cost stays counted until the limits' keys expire");
+        }
+    }
+}
