@@ -2,6 +2,7 @@
 //! runtime directory of its own, and small gRPC and HTTP clients.
 #![allow(dead_code)]
 
+pub mod accuracy;
 pub mod redis;
 
 use std::io::{BufRead, BufReader, Read, Write};

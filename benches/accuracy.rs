@@ -1,0 +1,43 @@
+//! The accuracy harness as a benchmark: prints, for every store, algorithm
+//! and traffic pattern, the admitted count against the algorithm's ideal
+//! and against an exact sliding log (`integration/support/accuracy.rs`).
+//!
+//! `cargo bench --bench accuracy` runs memory, Redis and a 6-node Redis
+//! Cluster (real servers on free loopback ports, four service instances on
+//! each Redis); under `cargo test` (no `--bench` argument) only the memory
+//! store, so the suite stays fast. `integration/accuracy.rs` asserts the
+//! targets on the same numbers.
+
+#[path = "../integration/support/mod.rs"]
+mod support;
+
+use support::accuracy::{check, header, instances, redis_env, run_all};
+use support::redis::{RedisCluster, RedisServer};
+
+fn main() {
+    let bench = std::env::args().any(|a| a == "--bench");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        println!("{}", header());
+        let mut all = Vec::new();
+        let memory = run_all("memory", &instances(1, &[])).await;
+        all.extend(memory);
+        if bench {
+            let server = RedisServer::start();
+            let outcomes =
+                run_all("redis", &instances(4, &redis_env("single", server.addr()))).await;
+            all.extend(outcomes);
+            let cluster = RedisCluster::start();
+            let env = redis_env("cluster", cluster.seeds().join(","));
+            all.extend(run_all("cluster", &instances(4, &env)).await);
+        }
+        for o in &all {
+            println!("{}", o.row());
+        }
+        check(&all);
+    });
+}

@@ -1,0 +1,39 @@
+//! The accuracy harness (`support/accuracy.rs`) on every store: memory (one
+//! instance), Redis and Redis Cluster (four instances each). Prints the
+//! table it asserts on; `cargo bench --bench accuracy` prints the same.
+
+mod support;
+
+use support::accuracy::{check, header, instances, redis_env, run_all};
+use support::redis::{RedisCluster, RedisServer};
+use support::Service;
+
+async fn run(store: &str, instances: &[Service]) {
+    let outcomes = run_all(store, instances).await;
+    println!("{}", header());
+    for o in &outcomes {
+        println!("{}", o.row());
+    }
+    check(&outcomes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory() {
+    run("memory", &instances(1, &[])).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_single() {
+    let server = RedisServer::start();
+    run("redis", &instances(4, &redis_env("single", server.addr()))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster() {
+    let cluster = RedisCluster::start();
+    run(
+        "cluster",
+        &instances(4, &redis_env("cluster", cluster.seeds().join(","))),
+    )
+    .await;
+}

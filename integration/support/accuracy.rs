@@ -1,0 +1,336 @@
+//! The accuracy harness: traffic patterns replayed through real service
+//! instances against every algorithm, the admitted count compared with the
+//! ideal of the algorithm's exact model.
+//!
+//! The ideal is the pure algorithm (`ratelimit::limiter`) replayed on the
+//! times the requests were decided. Those times are known to within one
+//! round trip (the store's clock is this machine's clock: Redis `TIME` and
+//! the service both read `CLOCK_REALTIME`), so the harness replays each
+//! request at the midpoint of its send and its answer and reports any
+//! difference; a difference can only come from a request decided within
+//! one round trip of a refill or window edge. For the sliding window
+//! counter the ideal is the exact sliding log it approximates, and its
+//! stated bound (at most limit − 1 above it per window) is the target.
+//!
+//! Patterns, limit L = 10 per second (token bucket: burst 10):
+//! - `boundary burst`: 20 requests just before a second boundary, 20 just
+//!   after;
+//! - `steady 2x`: 20 per second, evenly, for 3 s;
+//! - `idle then burst`: a few requests, 1.5 s idle, then 30 at once;
+//! - `concurrent`: 64 callers spread over every instance, 300 requests on
+//!   a limit of 100 per hour — time plays no part, so admitted must equal
+//!   100 exactly (no excess from races).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use ratelimit::limiter::{Algorithm, AlgorithmName, Limiter, SlidingLog};
+use tonic::transport::Channel;
+
+use super::{call, desc, request, Service};
+
+/// Every algorithm, as the harness names them.
+pub const ALGORITHMS: [AlgorithmName; 4] = AlgorithmName::ALL;
+
+/// Requests per second of the timed patterns.
+pub const LIMIT: u64 = 10;
+/// Requests per hour of the concurrent pattern.
+pub const HOT_LIMIT: u64 = 100;
+
+/// The rules: per algorithm `alg=<name>`, then `run=<anything>` (10 per
+/// second) or `hot=<anything>` (100 per hour). The fixed window is the
+/// original's (no extension key), as users get it by default.
+pub fn rules() -> String {
+    let mut out = String::from("domain: acc\ndescriptors:\n");
+    for a in ALGORITHMS {
+        let extra = if a == AlgorithmName::FixedWindow {
+            String::new()
+        } else {
+            format!(", algorithm: {a}")
+        };
+        out.push_str(&format!(
+            "  - key: alg\n    value: {a}\n    descriptors:\n      - key: run\n        rate_limit: {{unit: second, requests_per_unit: {LIMIT}{extra}}}\n      - key: hot\n        rate_limit: {{unit: hour, requests_per_unit: {HOT_LIMIT}{extra}}}\n"
+        ));
+    }
+    out
+}
+
+/// One row of the results.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub store: String,
+    pub algorithm: AlgorithmName,
+    pub pattern: &'static str,
+    pub sent: u64,
+    pub admitted: u64,
+    /// What the algorithm's exact model admits for the same times.
+    pub ideal: u64,
+    /// What an exact sliding log (L per any window) admits.
+    pub exact_log: u64,
+}
+
+impl Outcome {
+    /// `admitted − ideal` (negative: fewer than ideal).
+    pub fn excess(&self) -> i64 {
+        self.admitted as i64 - self.ideal as i64
+    }
+
+    /// A table row.
+    pub fn row(&self) -> String {
+        format!(
+            "| {:<8} | {:<14} | {:<15} | {:>4} | {:>8} | {:>5} | {:>6} | {:>9} |",
+            self.store,
+            self.algorithm.as_str(),
+            self.pattern,
+            self.sent,
+            self.admitted,
+            self.ideal,
+            self.excess(),
+            self.exact_log
+        )
+    }
+}
+
+/// The table header.
+pub fn header() -> String {
+    "| store    | algorithm      | pattern         | sent | admitted | ideal | excess | exact log |\n|---|---|---|---|---|---|---|---|".into()
+}
+
+fn now() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+}
+
+/// The model the ideal is computed with.
+fn model(algorithm: AlgorithmName, limit: u64, period: Duration) -> Limiter {
+    Limiter::new(algorithm, limit, period, None).expect("valid model")
+}
+
+/// Replays `times` through `limiter`; how many it admits.
+fn replay(limiter: &impl Algorithm, times: &[Duration]) -> u64 {
+    let mut state = None;
+    let mut admitted = 0;
+    for &t in times {
+        let (d, s) = limiter.decide(state.take(), 1, t);
+        admitted += u64::from(d.is_allowed());
+        state = Some(s);
+    }
+    admitted
+}
+
+/// Sends one unit request on `(alg, run)`; returns whether it was admitted
+/// and the midpoint of its round trip.
+async fn one(
+    client: &mut RateLimitServiceClient<Channel>,
+    algorithm: AlgorithmName,
+    key: &str,
+    value: &str,
+) -> (bool, Duration) {
+    let sent = now();
+    let r = call(
+        client,
+        request(
+            "acc",
+            vec![desc(&[("alg", algorithm.as_str()), (key, value)])],
+        ),
+    )
+    .await
+    .expect("the service answers");
+    let answered = now();
+    (r.overall_code == 1, sent + (answered - sent) / 2)
+}
+
+/// Sleeps until the wall clock reads `at`.
+async fn until(at: Duration) {
+    let now = now();
+    if at > now {
+        tokio::time::sleep(at - now).await;
+    }
+}
+
+fn outcome(
+    store: &str,
+    algorithm: AlgorithmName,
+    pattern: &'static str,
+    results: &[(bool, Duration)],
+) -> Outcome {
+    let times: Vec<Duration> = results.iter().map(|r| r.1).collect();
+    let second = Duration::from_secs(1);
+    let ideal_model = if algorithm == AlgorithmName::SlidingWindow {
+        model(AlgorithmName::SlidingLog, LIMIT, second)
+    } else {
+        model(algorithm, LIMIT, second)
+    };
+    let exact = SlidingLog::new(LIMIT, second).expect("valid");
+    Outcome {
+        store: store.to_string(),
+        algorithm,
+        pattern,
+        sent: results.len() as u64,
+        admitted: results.iter().filter(|r| r.0).count() as u64,
+        ideal: replay(&ideal_model, &times),
+        exact_log: replay(&exact, &times),
+    }
+}
+
+/// The three timed patterns for one algorithm, through `client`.
+pub async fn timed_patterns(
+    store: &str,
+    client: &mut RateLimitServiceClient<Channel>,
+    algorithm: AlgorithmName,
+) -> Vec<Outcome> {
+    let run = format!("{:x}", rand_u64());
+    let mut out = Vec::new();
+
+    // Boundary burst: 20 at 60 ms before a second boundary, 20 at 10 ms after.
+    let boundary = Duration::from_secs(now().as_secs() + 2);
+    until(boundary - Duration::from_millis(60)).await;
+    let mut results = Vec::new();
+    let value = format!("{run}-boundary");
+    for _ in 0..20 {
+        results.push(one(client, algorithm, "run", &value).await);
+    }
+    until(boundary + Duration::from_millis(10)).await;
+    for _ in 0..20 {
+        results.push(one(client, algorithm, "run", &value).await);
+    }
+    out.push(outcome(store, algorithm, "boundary burst", &results));
+
+    // Steady 2x: 20 per second for 3 s, every 50 ms from mid-second.
+    let start = Duration::from_secs(now().as_secs() + 1) + Duration::from_millis(500);
+    let value = format!("{run}-steady");
+    let mut results = Vec::new();
+    for i in 0..60u32 {
+        until(start + Duration::from_millis(50) * i).await;
+        results.push(one(client, algorithm, "run", &value).await);
+    }
+    out.push(outcome(store, algorithm, "steady 2x", &results));
+
+    // Idle then burst: 5 requests, 1.5 s idle, 30 at once.
+    let value = format!("{run}-idle");
+    let mut results = Vec::new();
+    for _ in 0..5 {
+        results.push(one(client, algorithm, "run", &value).await);
+    }
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    for _ in 0..30 {
+        results.push(one(client, algorithm, "run", &value).await);
+    }
+    out.push(outcome(store, algorithm, "idle then burst", &results));
+    out
+}
+
+/// 64 callers spread over `instances`, 300 requests on one key of 100 per
+/// hour: admitted must be exactly 100.
+pub async fn concurrent(store: &str, instances: &[Service], algorithm: AlgorithmName) -> Outcome {
+    let mut clients = Vec::new();
+    for svc in instances {
+        clients.push(svc.client().await);
+    }
+    let value = format!("{:x}", rand_u64());
+    let next = Arc::new(AtomicU64::new(0));
+    let admitted = Arc::new(AtomicU64::new(0));
+    let total = 3 * HOT_LIMIT;
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let mut client = clients[i % clients.len()].clone();
+            let (next, admitted, value) = (Arc::clone(&next), Arc::clone(&admitted), value.clone());
+            tokio::spawn(async move {
+                while next.fetch_add(1, Ordering::SeqCst) < total {
+                    let (ok, _) = one(&mut client, algorithm, "hot", &value).await;
+                    admitted.fetch_add(u64::from(ok), Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("caller");
+    }
+    Outcome {
+        store: store.to_string(),
+        algorithm,
+        pattern: "concurrent",
+        sent: total,
+        admitted: admitted.load(Ordering::SeqCst),
+        ideal: HOT_LIMIT,
+        exact_log: HOT_LIMIT,
+    }
+}
+
+/// Every pattern for every algorithm on one store; the timed patterns of
+/// the algorithms run side by side on instance 0.
+pub async fn run_all(store: &str, instances: &[Service]) -> Vec<Outcome> {
+    let mut timed = Vec::new();
+    for a in ALGORITHMS {
+        let mut client = instances[0].client().await;
+        let store = store.to_string();
+        timed.push(tokio::spawn(async move {
+            timed_patterns(&store, &mut client, a).await
+        }));
+    }
+    let mut out = Vec::new();
+    for t in timed {
+        out.extend(t.await.expect("patterns"));
+    }
+    // Hour windows: keep the concurrent pattern inside one.
+    super::wait_for_fresh_window(3600, 10);
+    for a in ALGORITHMS {
+        out.push(concurrent(store, instances, a).await);
+    }
+    out
+}
+
+/// The targets, asserted: the exact algorithms within one request of their
+/// ideal (a request decided within a round trip of an edge), the sliding
+/// window counter within its bound, the fixed window showing its boundary
+/// burst, and no excess at all where time plays no part.
+pub fn check(outcomes: &[Outcome]) {
+    for o in outcomes {
+        let what = o.row();
+        match (o.pattern, o.algorithm) {
+            ("concurrent", _) => assert_eq!(o.admitted, o.ideal, "race excess: {what}"),
+            (_, AlgorithmName::SlidingWindow) => {
+                // At most limit − 1 above the exact log per window the
+                // pattern spans (≤ 4 windows), never below what fits.
+                assert!(o.admitted <= o.exact_log + 4 * (LIMIT - 1), "{what}");
+            }
+            _ => assert!(o.excess().abs() <= 1, "{what}"),
+        }
+        if o.pattern == "boundary burst" {
+            match o.algorithm {
+                AlgorithmName::FixedWindow => assert!(o.admitted >= 2 * LIMIT - 1, "2x: {what}"),
+                AlgorithmName::SlidingLog => assert!(o.admitted <= LIMIT + 1, "{what}"),
+                _ => {}
+            }
+        }
+    }
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(now().as_nanos());
+    h.finish()
+}
+
+/// The environment of a service on Redis (`kind` single or cluster).
+pub fn redis_env(kind: &str, url: String) -> Vec<(&'static str, String)> {
+    vec![
+        ("BACKEND_TYPE", "redis".into()),
+        ("REDIS_SOCKET_TYPE", "tcp".into()),
+        ("REDIS_TYPE", kind.into()),
+        ("REDIS_URL", url),
+    ]
+}
+
+/// `n` instances with the harness's rules on top of `env`.
+pub fn instances(n: usize, env: &[(&str, String)]) -> Vec<Service> {
+    let rules = rules();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    (0..n)
+        .map(|_| Service::start(&[("rules.yaml", &rules)], &env))
+        .collect()
+}
