@@ -1,0 +1,126 @@
+//! Redis memory per active key for each algorithm: N keys written through
+//! the store's own script (`Store::check`), then `MEMORY USAGE` summed over
+//! every key of the algorithm, and each key's TTL compared with the
+//! algorithm's full refill or window.
+//!
+//! `cargo bench --bench redis_memory` uses N = 100,000 per algorithm; under
+//! `cargo test` (no `--bench` argument) 5,000, so the suite stays fast.
+//! Keys look like production ones: `rl2:{api_user_u-00012345_}:tb:3600s`.
+
+#[path = "../integration/support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratelimit::config::Entry;
+use ratelimit::limiter::{AlgorithmName, Limiter};
+use ratelimit::store::key::algorithm_key;
+use ratelimit::store::redis::url::{Credentials, Target};
+use ratelimit::store::redis::{connect, RedisOptions, StartupRetry};
+use ratelimit::store::{Check, CheckedLimit, Store};
+use support::redis::RedisServer;
+
+/// Sums `MEMORY USAGE` and `PTTL` over the keys matching `ARGV[1]`.
+const MEASURE: &str = "local ks = redis.call('KEYS', ARGV[1]) \
+local bytes, ttl, none = 0, 0, 0 \
+for _, k in ipairs(ks) do \
+  bytes = bytes + redis.call('MEMORY', 'USAGE', k, 'SAMPLES', '0') \
+  local t = redis.call('PTTL', k) \
+  if t < 0 then none = none + 1 else ttl = ttl + t end \
+end \
+return {#ks, bytes, ttl, none}";
+
+fn main() {
+    let bench = std::env::args().any(|a| a == "--bench");
+    let n: usize = if bench { 100_000 } else { 5_000 };
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let store: Arc<dyn Store> = rt.block_on(async {
+        let options = RedisOptions {
+            target: Target::Tcp {
+                host: "127.0.0.1".into(),
+                port: server.port,
+                db: None,
+            },
+            credentials: Credentials::default(),
+            sentinel_credentials: Credentials::default(),
+            pool_size: 2,
+            timeout: Duration::from_secs(5),
+            tls: None,
+            display: "bench".into(),
+        };
+        let retry = StartupRetry {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(1),
+            max_elapsed: Duration::from_secs(30),
+        };
+        Arc::new(connect(&options, None, retry).await.expect("connects"))
+    });
+    println!("{n} active keys per algorithm, limit 100 per hour, one request each");
+    println!("| algorithm | bytes/key (MEMORY USAGE) | mean TTL | full refill/window |");
+    println!("|---|---|---|---|");
+    for algorithm in AlgorithmName::ALL {
+        let period = Duration::from_secs(3600);
+        let limiter = Limiter::new(algorithm, 100, period, None).expect("valid");
+        let suffix = format!("{}:3600s", algorithm.key_tag());
+        rt.block_on(async {
+            for chunk in (0..n).collect::<Vec<_>>().chunks(200) {
+                let batch: Vec<Check> = chunk
+                    .iter()
+                    .map(|i| Check {
+                        key: algorithm_key(
+                            "",
+                            "api",
+                            &[Entry::new("user", format!("u-{i:08}"))],
+                            None,
+                            &suffix,
+                        ),
+                        limit: CheckedLimit::Algorithm(limiter),
+                        cost: 1,
+                        binding: true,
+                    })
+                    .collect();
+                let reply = store.check(&batch).await.expect("check");
+                assert!(reply.committed);
+            }
+        });
+        let pattern = format!("rl2:*:{suffix}");
+        let out = server.cli(&["eval", MEASURE, "0", &pattern]);
+        let v: Vec<u64> = out.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        let [keys, bytes, ttl_ms, without_ttl] = v[..] else {
+            panic!("unexpected reply {out:?}");
+        };
+        assert_eq!(keys, n as u64, "every key written");
+        assert_eq!(without_ttl, 0, "every key has a TTL");
+        let mean_ttl = Duration::from_millis(ttl_ms / keys);
+        // One request of a 100/hour bucket is 36 s of refill; windows last
+        // one window (two for the sliding window counter's previous count).
+        let full = match algorithm {
+            AlgorithmName::TokenBucket => period / 100,
+            AlgorithmName::SlidingWindow => 2 * period,
+            _ => period,
+        };
+        assert!(
+            mean_ttl <= full + Duration::from_millis(2),
+            "{algorithm}: {mean_ttl:?}"
+        );
+        if algorithm == AlgorithmName::TokenBucket {
+            assert!(
+                bytes / keys <= 100,
+                "token bucket: {} bytes per key",
+                bytes / keys
+            );
+        }
+        println!(
+            "| {algorithm} | {} | {:.1?} | {:?} |",
+            bytes / keys,
+            mean_ttl,
+            full
+        );
+    }
+}
