@@ -107,3 +107,38 @@ fn unknown_flag_exits_2_with_go_usage() {
         "{err}"
     );
 }
+
+#[test]
+fn the_examples_pass_and_algorithm_mistakes_are_named() {
+    let o = run(&["-config_dir", "examples/config"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(stdout(&o).contains("examples/config/algorithms.yaml"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().to_str().expect("utf-8 path");
+    for (yaml, message, line) in [
+        (
+            "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5000\n      algorithm: sliding_log\n",
+            "invalid rate limit: a sliding log limit of 5000 is above the maximum of 1000",
+            5,
+        ),
+        (
+            "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n      algorithm: leaky_bucket\n",
+            "invalid rate limit algorithm 'leaky_bucket'",
+            5,
+        ),
+    ] {
+        write(dir.path(), "a.yaml", yaml);
+        let o = run(&["-config_dir", d]);
+        assert_eq!(o.status.code(), Some(1));
+        assert!(stdout(&o).contains(message), "{}", stdout(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(&format!("{d}/a.yaml:{line}")), "{err}");
+    }
+    write(
+        dir.path(),
+        "a.yaml",
+        "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n      brust: 7\n",
+    );
+    let o = run(&["-config_dir", d]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("did you mean 'burst'?"));
+}

@@ -890,3 +890,89 @@ async fn redis_over_tls_with_client_certificate() {
     );
     drop(server);
 }
+
+const LIMITS: &str = "
+domain: m
+descriptors:
+  - key: user
+    rate_limits:
+      - {name: per_second, unit: second, requests_per_unit: 10, algorithm: token_bucket}
+      - {name: per_minute, unit: minute, requests_per_unit: 15, algorithm: sliding_window}
+  - key: plain
+    rate_limit: {unit: hour, requests_per_unit: 3}
+";
+
+/// Several limits on one descriptor through the service on Redis, next to
+/// an original fixed window in the same request: all must pass, the
+/// tightest is reported, a refused request takes nothing from the
+/// descriptor's other limits, and the descriptor's keys share a slot.
+async fn several_limits(redis: &Redis) {
+    let env = redis.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let svc = Service::start(&[("rules.yaml", LIMITS)], &env);
+    let mut c = svc.client().await;
+    wait_for_fresh_window(60, 10);
+    let user = || desc(&[("user", "ann")]);
+    let mut admitted = 0;
+    for _ in 0..20 {
+        let r = call(&mut c, request("m", vec![user()]))
+            .await
+            .expect("call");
+        admitted += usize::from(r.overall_code == OK);
+    }
+    assert_eq!(admitted, 10, "the bucket's burst");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let r = call(&mut c, request("m", vec![user()]))
+        .await
+        .expect("call");
+    assert_eq!(r.overall_code, OK);
+    let s = &r.statuses[0];
+    assert_eq!(
+        s.limit_remaining, 4,
+        "the minute is the closest to exhaustion"
+    );
+    assert_eq!(
+        s.current_limit.as_ref().map(|l| l.name.as_str()),
+        Some("per_minute")
+    );
+    // An original fixed window in the same request is counted its own way.
+    let plain = || desc(&[("plain", "x")]);
+    for want in [OK, OK, OK, OVER] {
+        let r = call(&mut c, request("m", vec![plain()]))
+            .await
+            .expect("call");
+        assert_eq!(r.overall_code, want);
+    }
+    // [user, plain]: plain refuses, so user's limits take nothing.
+    for _ in 0..5 {
+        let r = call(&mut c, request("m", vec![user(), plain()]))
+            .await
+            .expect("call");
+        assert_eq!(r.overall_code, OVER);
+        assert_eq!(r.statuses[0].code, OK);
+    }
+    let r = call(&mut c, request("m", vec![user()]))
+        .await
+        .expect("call");
+    assert_eq!(
+        r.statuses[0].limit_remaining, 3,
+        "only the admitted request counted"
+    );
+    let keys = redis.cli(&["--scan", "--pattern", "rl2:*"]);
+    let mut keys: Vec<&str> = keys.lines().collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        ["rl2:{m_user_ann_}:sw:60s", "rl2:{m_user_ann_}:tb:1s"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_limits_single() {
+    several_limits(&Redis::Single(RedisServer::start())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_limits_cluster() {
+    several_limits(&Redis::Cluster(RedisCluster::start())).await;
+}

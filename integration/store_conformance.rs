@@ -13,7 +13,9 @@ use ratelimit::limiter::{Clock, SystemClock};
 use ratelimit::settings::RedisType;
 use ratelimit::store::redis::url::{Credentials, Target};
 use ratelimit::store::redis::{connect, RedisOptions, StartupRetry};
-use ratelimit::store::{Check, CheckedLimit, Increment, IncrementPolicy, MemoryStore, Store};
+use ratelimit::store::{
+    Check, CheckedLimit, Commit, Increment, IncrementPolicy, MemoryStore, Store,
+};
 use support::redis::{RedisCluster, RedisSentinel, RedisServer};
 
 fn now() -> u64 {
@@ -235,6 +237,15 @@ async fn all_or_nothing(store: Arc<dyn Store>, p: &str) {
     assert!(reply.committed);
     let left = store.check(&[check(&a, tb, 100, 0)]).await.expect("check");
     assert_eq!(left.results[0].decision.remaining(), 98);
+    // Decide only: nothing taken even when everything passes.
+    let reply = store
+        .check_with(&[check(&a, tb, 100, 1)], Commit::Never)
+        .await
+        .expect("check");
+    assert!(!reply.committed && reply.results[0].decision.is_allowed());
+    assert_eq!(reply.results[0].decision.remaining(), 97, "98 left, 1 asked");
+    let left = store.check(&[check(&a, tb, 100, 0)]).await.expect("check");
+    assert_eq!(left.results[0].decision.remaining(), 98, "still 98");
     // Two checks on one key see each other.
     let c = format!("{p}rl2:{{c}}:tb");
     let twice = [check(&c, tb, 5, 3), check(&c, tb, 5, 3)];

@@ -26,7 +26,7 @@ use crate::limiter::fixed_window::{self, Window};
 use crate::limiter::Clock;
 use crate::metrics::Stats;
 use crate::store::key::fixed_window_key;
-use crate::store::{Check, Increment, IncrementPolicy, Store};
+use crate::store::{Check, Commit, Increment, IncrementPolicy, Store};
 
 pub use aggregate::Disposition;
 pub use headers::HeaderNames;
@@ -204,14 +204,10 @@ impl Engine {
             .unzip();
         let pending = self.pending(request, original, now);
         let (checks, checked) = self.checks(request, to_check, now);
-        let (after, reply) = futures::join!(self.count(&pending), async {
-            if checks.is_empty() {
-                Ok(None)
-            } else {
-                self.store.check(&checks).await.map(Some)
-            }
-        });
-        let (after, reply) = (after?, reply?);
+        // The original's windows first: a request they refuse must take
+        // nothing from the checked limits (two round trips only when a
+        // request has both kinds).
+        let after = self.count(&pending).await?;
 
         let mut statuses: Vec<DescriptorStatus> = dispositions
             .iter()
@@ -228,6 +224,20 @@ impl Engine {
         for (p, after) in pending.iter().zip(after) {
             statuses[p.index] = self.status(p, after, now);
         }
+        let refused = !self.options.shadow_mode
+            && pending
+                .iter()
+                .any(|p| statuses[p.index].code == Code::OverLimit && !quota[p.index]);
+        let commit = if refused {
+            Commit::Never
+        } else {
+            Commit::IfAllPass
+        };
+        let reply = if checks.is_empty() {
+            None
+        } else {
+            Some(self.store.check_with(&checks, commit).await?)
+        };
         if let Some(reply) = reply {
             for d in &checked {
                 statuses[d.index] = checked::status(

@@ -229,3 +229,28 @@ async fn the_original_counts_refused_requests_unless_all_or_nothing() {
         "the original's whole-second reset"
     );
 }
+
+#[tokio::test]
+async fn a_request_the_original_window_refuses_takes_nothing_from_the_new_limits() {
+    let yaml = "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: minute\n      requests_per_unit: 100\n      algorithm: token_bucket\n  - key: b\n    rate_limit:\n      unit: minute\n      requests_per_unit: 2\n";
+    let f = fixture(yaml, EngineOptions::default());
+    let both: &[&[(&str, &str)]] = &[&[("a", "")], &[("b", "")]];
+    assert_eq!(f.admitted(both, 10).await, 2);
+    assert_eq!(
+        f.ask(&[&[("a", "")]], 1).await.statuses[0].limit_remaining,
+        97
+    );
+    // In global shadow mode the request goes through, so it is counted.
+    let f = fixture(
+        yaml,
+        EngineOptions {
+            shadow_mode: true,
+            ..EngineOptions::default()
+        },
+    );
+    assert_eq!(f.admitted(both, 10).await, 10);
+    assert_eq!(
+        f.ask(&[&[("a", "")]], 1).await.statuses[0].limit_remaining,
+        89
+    );
+}

@@ -28,7 +28,7 @@ use parking_lot::{Mutex, MutexGuard};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 use super::{
-    Check, CheckReply, Checked, CheckedLimit, Increment, IncrementPolicy, Store, StoreError,
+    Check, CheckReply, Checked, CheckedLimit, Commit, Increment, IncrementPolicy, Store, StoreError,
 };
 use crate::limiter::fixed_window::Window;
 use crate::limiter::{Algorithm, Clock, FixedWindowCounter, Limiter, LimiterState, WindowCount};
@@ -269,7 +269,7 @@ impl Store for MemoryStore {
 
     /// All or nothing over the batch under the locks of every shard it
     /// touches, so the whole batch is one atomic step.
-    async fn check(&self, batch: &[Check]) -> Result<CheckReply, StoreError> {
+    async fn check_with(&self, batch: &[Check], commit: Commit) -> Result<CheckReply, StoreError> {
         let now = self.clock.now();
         let ids: Vec<u128> = batch.iter().map(|c| self.id(&c.key)).collect();
         let is_counter = |c: &Check| matches!(c.limit, CheckedLimit::OriginalWindow { .. });
@@ -327,10 +327,11 @@ impl Store for MemoryStore {
             }
             results.push((decision, before));
         }
-        let committed = batch
-            .iter()
-            .zip(&results)
-            .all(|(c, (d, _))| !c.binding || d.is_allowed());
+        let committed = commit == Commit::IfAllPass
+            && batch
+                .iter()
+                .zip(&results)
+                .all(|(c, (d, _))| !c.binding || d.is_allowed());
         let mut out = Vec::with_capacity(batch.len());
         for ((check, &id), (decision, before)) in batch.iter().zip(&ids).zip(results) {
             let mut count = before;

@@ -153,5 +153,22 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// nothing. Checks on one key see each other in batch order. Where the
     /// store cannot commit the batch in one atomic step (keys on several
     /// Redis Cluster slots) it says how far it can be off in its doc.
-    async fn check(&self, batch: &[Check]) -> Result<CheckReply, StoreError>;
+    async fn check(&self, batch: &[Check]) -> Result<CheckReply, StoreError> {
+        self.check_with(batch, Commit::IfAllPass).await
+    }
+
+    /// [`Store::check`] with the commit decided by `commit`: with
+    /// [`Commit::Never`] every check is decided and nothing is taken (the
+    /// request was refused elsewhere).
+    async fn check_with(&self, batch: &[Check], commit: Commit) -> Result<CheckReply, StoreError>;
+}
+
+/// Whether a [`Store::check_with`] may commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Commit {
+    /// Commit iff every binding check passes.
+    #[default]
+    IfAllPass,
+    /// Decide only.
+    Never,
 }

@@ -2,7 +2,7 @@
 -- nothing over the keys of one call. Mirrors src/limiter/*.rs (see the
 -- doc of scripts.rs for the layout and for how it differs).
 --
--- ARGV: mode ("commit" | "refund"), nonce, commit time (µs, refund only),
+-- ARGV: mode ("commit" | "peek" (decide only) | "refund"), nonce, commit time (µs, refund only),
 -- n, then per check: kind, limit, period (µs; for "ow" the TTL in s),
 -- burst, cost, binding. KEYS: one per check.
 -- Returns: time (µs), committed (0/1), then per check: code (1 allow,
@@ -228,7 +228,7 @@ for i = 1, n do
 end
 
 -- Phase 2: commit all or nothing.
-if all then
+if all and mode == 'commit' then
   for _, write in ipairs(writes) do write() end
   out[2] = 1
 end

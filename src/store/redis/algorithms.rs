@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use super::{store_error, RedisStore};
 use crate::limiter::Decision;
-use crate::store::{Check, CheckReply, Checked, CheckedLimit, StoreError, StoreErrorKind};
+use crate::store::{Check, CheckReply, Checked, CheckedLimit, Commit, StoreError, StoreErrorKind};
 
 /// Fields per check in ARGV.
 const FIELDS: usize = 6;
@@ -143,7 +143,11 @@ fn malformed(what: &str) -> StoreError {
     }
 }
 
-pub(super) async fn check(store: &RedisStore, batch: &[Check]) -> Result<CheckReply, StoreError> {
+pub(super) async fn check(
+    store: &RedisStore,
+    batch: &[Check],
+    commit: Commit,
+) -> Result<CheckReply, StoreError> {
     if batch.is_empty() {
         return Ok(CheckReply {
             results: Vec::new(),
@@ -172,7 +176,11 @@ pub(super) async fn check(store: &RedisStore, batch: &[Check]) -> Result<CheckRe
     let nonce = format!("{:x}", rand::random::<u64>());
     let calls = parts.iter().map(|part| {
         let backend = &store.node(part.per_second).backend;
-        let argv = part.argv("commit", &nonce, 0, None);
+        let mode = match commit {
+            Commit::IfAllPass => "commit",
+            Commit::Never => "peek",
+        };
+        let argv = part.argv(mode, &nonce, 0, None);
         async move {
             let client = backend.pool.next();
             backend

@@ -31,7 +31,9 @@ use fred::clients::Pool;
 use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::scripts::Script;
 
-use super::{Check, CheckReply, Increment, IncrementPolicy, Store, StoreError, StoreErrorKind};
+use super::{
+    Check, CheckReply, Commit, Increment, IncrementPolicy, Store, StoreError, StoreErrorKind,
+};
 
 pub use connect::{connect, RedisOptions, StartupRetry};
 
@@ -251,7 +253,7 @@ impl Store for RedisStore {
         }
     }
 
-    async fn check(&self, batch: &[Check]) -> Result<CheckReply, StoreError> {
-        algorithms::check(self, batch).await
+    async fn check_with(&self, batch: &[Check], commit: Commit) -> Result<CheckReply, StoreError> {
+        algorithms::check(self, batch, commit).await
     }
 }
