@@ -123,4 +123,40 @@ fn main() {
             full
         );
     }
+    // A sliding log grows with its entries: 1,000 keys of 100 entries each.
+    let limiter = Limiter::new(
+        AlgorithmName::SlidingLog,
+        100,
+        Duration::from_secs(3600),
+        None,
+    )
+    .expect("valid");
+    rt.block_on(async {
+        for i in 0..1_000 {
+            let key = algorithm_key(
+                "",
+                "api",
+                &[Entry::new("login", format!("ip-{i:08}"))],
+                None,
+                "sl:3600s",
+            );
+            let check = Check {
+                key,
+                limit: CheckedLimit::Algorithm(limiter),
+                cost: 100,
+                binding: true,
+            };
+            assert!(store.check(&[check]).await.expect("check").committed);
+        }
+    });
+    let out = server.cli(&["eval", MEASURE, "0", "rl2:{api_login_*"]);
+    let v: Vec<u64> = out.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    let [keys, bytes, ..] = v[..] else {
+        panic!("unexpected reply {out:?}");
+    };
+    println!(
+        "| sliding_log, 100 entries | {} ({} per entry) | | |",
+        bytes / keys,
+        bytes / keys / 100
+    );
 }

@@ -243,7 +243,11 @@ async fn all_or_nothing(store: Arc<dyn Store>, p: &str) {
         .await
         .expect("check");
     assert!(!reply.committed && reply.results[0].decision.is_allowed());
-    assert_eq!(reply.results[0].decision.remaining(), 97, "98 left, 1 asked");
+    assert_eq!(
+        reply.results[0].decision.remaining(),
+        97,
+        "98 left, 1 asked"
+    );
     let left = store.check(&[check(&a, tb, 100, 0)]).await.expect("check");
     assert_eq!(left.results[0].decision.remaining(), 98, "still 98");
     // Two checks on one key see each other.
