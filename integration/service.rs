@@ -991,3 +991,43 @@ async fn open_watch_stream_does_not_hold_shutdown() {
         .expect("wait");
     assert_eq!(code, Some(0), "exits within the shutdown deadline");
 }
+
+/// The opt-in algorithms count the original's per-rule statistics, once
+/// per descriptor whatever its number of limits, and answer the response
+/// headers from the limit closest to exhaustion.
+#[tokio::test]
+async fn algorithms_count_the_rule_statistics_and_headers() {
+    let rules = "domain: alg\ndescriptors:\n  - key: k\n    rate_limits:\n      - {unit: hour, requests_per_unit: 10, algorithm: token_bucket}\n      - {unit: day, requests_per_unit: 1000, algorithm: sliding_window}\n";
+    let svc = Service::start(
+        &[("alg.yaml", rules)],
+        &[("LIMIT_RESPONSE_HEADERS_ENABLED", "true")],
+    );
+    let mut c = svc.client().await;
+    let mut last = None;
+    for _ in 0..12 {
+        last = Some(
+            call(&mut c, request("alg", vec![desc(&[("k", "v")])]))
+                .await
+                .expect("call"),
+        );
+    }
+    let last = last.expect("answered");
+    assert_eq!(last.overall_code, 2);
+    let headers: Vec<(String, String)> = last
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.clone(), h.value.clone()))
+        .collect();
+    assert_eq!(headers[0], ("RateLimit-Limit".into(), "10".into()));
+    assert_eq!(headers[1], ("RateLimit-Remaining".into(), "0".into()));
+    // The next token of 10 per hour comes in 6 minutes.
+    let reset: u64 = headers[2].1.parse().expect("seconds");
+    assert!((355..=360).contains(&reset), "{reset}");
+    let stat = |s: &str| svc.stat(&format!("ratelimit.service.rate_limit.alg.k.{s}"));
+    assert_eq!(stat("total_hits"), 12);
+    assert_eq!(stat("over_limit"), 2);
+    // As the original counts them: every admitted hit is within the
+    // limit, and those above 80 % of it are also near it.
+    assert_eq!(stat("within_limit"), 10);
+    assert_eq!(stat("near_limit"), 2);
+}
