@@ -176,39 +176,22 @@ impl Algorithm for Limiter {
         cost: u64,
         now: Duration,
     ) -> (Decision, LimiterState) {
-        match (self, state) {
-            (Limiter::FixedWindow(a), s) => {
-                let s = s.and_then(|s| match s {
-                    LimiterState::FixedWindow(s) => Some(s),
+        /// Runs the variant's algorithm on its own kind of state.
+        macro_rules! run {
+            ($a:expr, $variant:ident) => {{
+                let own = state.and_then(|s| match s {
+                    LimiterState::$variant(s) => Some(s),
                     _ => None,
                 });
-                let (d, s) = a.decide(s, cost, now);
-                (d, LimiterState::FixedWindow(s))
-            }
-            (Limiter::SlidingWindow(a), s) => {
-                let s = s.and_then(|s| match s {
-                    LimiterState::SlidingWindow(s) => Some(s),
-                    _ => None,
-                });
-                let (d, s) = a.decide(s, cost, now);
-                (d, LimiterState::SlidingWindow(s))
-            }
-            (Limiter::TokenBucket(a), s) => {
-                let s = s.and_then(|s| match s {
-                    LimiterState::TokenBucket(s) => Some(s),
-                    _ => None,
-                });
-                let (d, s) = a.decide(s, cost, now);
-                (d, LimiterState::TokenBucket(s))
-            }
-            (Limiter::SlidingLog(a), s) => {
-                let s = s.and_then(|s| match s {
-                    LimiterState::SlidingLog(s) => Some(s),
-                    _ => None,
-                });
-                let (d, s) = a.decide(s, cost, now);
-                (d, LimiterState::SlidingLog(s))
-            }
+                let (decision, next) = $a.decide(own, cost, now);
+                (decision, LimiterState::$variant(next))
+            }};
+        }
+        match self {
+            Limiter::FixedWindow(a) => run!(a, FixedWindow),
+            Limiter::SlidingWindow(a) => run!(a, SlidingWindow),
+            Limiter::TokenBucket(a) => run!(a, TokenBucket),
+            Limiter::SlidingLog(a) => run!(a, SlidingLog),
         }
     }
 
