@@ -6,6 +6,11 @@
 #
 #   integration/load/redis.sh [DURATION]
 #
+# PIN=1 pins the service to CPU 0 and the load tool and the Redis servers
+# to CPU 1, so the service has the same CPU in every run (on a 2-core
+# machine the unpinned runs also measure how Redis and the load tool
+# crowd the service out).
+#
 # Reports, for 1 descriptor per request and the same client, connections
 # and concurrency: no-op, memory, Redis, Redis Cluster (peak and ~half
 # load), the Redis commands per decision from INFO commandstats, and
@@ -16,6 +21,10 @@ DURATION=${1:-5s}
 CONNS=${CONNS:-2}
 CONC=${CONC:-32}
 D=${DESCRIPTORS:-1}
+
+PIN=${PIN:-0}
+svc_cpu=(); other_cpu=()
+if [ "$PIN" = 1 ]; then svc_cpu=(taskset -c 0); other_cpu=(taskset -c 1); fi
 
 command -v redis-server >/dev/null || { echo "redis-server is required (scripts/test.sh installs it)" >&2; exit 1; }
 cargo build --release --locked --bin ratelimit --bin ratelimit-bench >&2
@@ -52,7 +61,7 @@ PY
 start_redis() { # PORT [args...]
     local port=$1; shift
     mkdir -p "$work/r$port"
-    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work/r$port" "$@" \
+    "${other_cpu[@]}" redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work/r$port" "$@" \
         >"$work/r$port.log" 2>&1 &
     pids+=($!)
     for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && return; sleep 0.05; done
@@ -73,13 +82,13 @@ done
 
 root="$work/runtime"
 mkdir -p "$root/ratelimit/config"
-cp integration/load/config/bench.yaml "$root/ratelimit/config/"
+cp integration/load/config/bench.yaml integration/load/config/bench_token_bucket.yaml "$root/ratelimit/config/"
 
 start_service() { # extra env...
     env -i PATH="$PATH" USE_STATSD=false RUNTIME_ROOT="$root" RUNTIME_SUBDIRECTORY=ratelimit \
         RUNTIME_WATCH_ROOT=false HOST=127.0.0.1 PORT=0 DEBUG_HOST=127.0.0.1 DEBUG_PORT=0 \
         GRPC_HOST=127.0.0.1 GRPC_PORT=0 REDIS_SOCKET_TYPE=tcp "$@" \
-        target/release/ratelimit 2>"$work/svc.log" &
+        "${svc_cpu[@]}" target/release/ratelimit 2>"$work/svc.log" &
     svc=$!
     grpc=""
     for _ in $(seq 100); do
@@ -90,15 +99,15 @@ start_service() { # extra env...
     cat "$work/svc.log" >&2; exit 1
 }
 
-bench() { # label target concurrency
+bench() { # label target concurrency [domain]
     local out
-    out=$(target/release/ratelimit-bench run --target "$2" --connections "$CONNS" --concurrency "$3" \
-        --duration "$DURATION" --warmup 1s --descriptors "$D" --keys uniform:10000 | tail -1)
+    out=$("${other_cpu[@]}" target/release/ratelimit-bench run --target "$2" --connections "$CONNS" --concurrency "$3" \
+        --duration "$DURATION" --warmup 1s --descriptors "$D" --keys uniform:10000 --domain "${4:-bench}" | tail -1)
     echo "$1 $(echo "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print("rps=%d p50_us=%d p99_us=%d p999_us=%d errors=%d" % (d["rps"], d["p50_us"], d["p99_us"], d["p999_us"], d["errors"]))')"
 }
 
 echo "=== $D descriptor(s) per request; peak: $CONNS connections x $CONC in flight; half load: $CONNS x 2"
-target/release/ratelimit-bench noop --listen 127.0.0.1:0 >"$work/noop.log" 2>&1 &
+"${svc_cpu[@]}" target/release/ratelimit-bench noop --listen 127.0.0.1:0 >"$work/noop.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 50); do noop=$(sed -n 's/^listening on //p' "$work/noop.log"); [ -n "$noop" ] && break; sleep 0.1; done
 bench "noop    peak" "$noop" "$CONC"
@@ -106,6 +115,7 @@ bench "noop    peak" "$noop" "$CONC"
 start_service BACKEND_TYPE=memory
 bench "memory  peak" "$grpc" "$CONC"
 bench "memory  half" "$grpc" 2
+bench "memory  token_bucket peak" "$grpc" "$CONC" bench_tb
 kill "$svc"; wait "$svc" 2>/dev/null || true
 
 start_service BACKEND_TYPE=redis REDIS_URL="127.0.0.1:$single"
@@ -115,14 +125,16 @@ bench "redis   half" "$grpc" 2
 calls=$(redis-cli -p "$single" info commandstats | sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\).*/\1/p')
 other=$(redis-cli -p "$single" info commandstats | grep -E '^cmdstat_(incrby|expire|get|set):' | grep -v evalsha | tr '\n' ' ')
 echo "redis   commands: evalsha=$calls (inside scripts: $other)"
+bench "redis   token_bucket peak" "$grpc" "$CONC" bench_tb
 kill "$svc"; wait "$svc" 2>/dev/null || true
 
 start_service BACKEND_TYPE=redis REDIS_TYPE=cluster REDIS_URL="$(printf '127.0.0.1:%s,' "${cports[@]:0:3}" | sed 's/,$//')"
 bench "cluster peak" "$grpc" "$CONC"
 bench "cluster half" "$grpc" 2
+bench "cluster token_bucket peak" "$grpc" "$CONC" bench_tb
 kill "$svc"; wait "$svc" 2>/dev/null || true
 
 sha=$(redis-cli -p "$single" script load "$(cat src/store/redis/fixed_window.lua)")
-rb=$(redis-benchmark -p "$single" -c 64 -n 300000 -r 10000 -q \
-    evalsha "$sha" 1 "bench_key_v__rand_int___0" always 1 60 4000000000 | tr '\r' '\n' | tail -1)
+rb=$("${other_cpu[@]}" redis-benchmark -p "$single" -c 64 -n 300000 -r 10000 -q \
+    evalsha "$sha" 1 "bench_key_v__rand_int___0" 1 always 1 1 60 4000000000 | tr '\r' '\n' | tail -1)
 echo "redis-benchmark (same script, 64 clients): $rb"
