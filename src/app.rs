@@ -187,6 +187,13 @@ pub async fn run(
                 return Ok(());
             }
         }
+        // Health knows of the first config before any listener opens (the
+        // reload follower may not have run yet).
+        if let Some(config) = live.current() {
+            health
+                .set(Component::Config, config.tree().domain_count() > 0)
+                .await;
+        }
     }
 
     let local_cache = match settings.limiter.local_cache_size_in_bytes {
