@@ -155,23 +155,29 @@ impl RedisStore {
         groups: &Groups,
         hits: &[u64],
     ) -> Result<Vec<u64>, StoreError> {
-        let calls = groups.iter().map(|((per_second, _), positions)| {
-            let decision = coalesce::Decision {
-                mode,
-                keys: positions.iter().map(|&i| batch[i].key.clone()).collect(),
-                args: positions
-                    .iter()
-                    .flat_map(|&i| {
-                        [
-                            hits[i].to_string(),
-                            batch[i].ttl_seconds.to_string(),
-                            batch[i].limit.to_string(),
-                        ]
-                    })
-                    .collect(),
-            };
-            self.node(*per_second).run(decision)
-        });
+        let decision_of = |positions: &[usize]| coalesce::Decision {
+            mode,
+            keys: positions.iter().map(|&i| batch[i].key.clone()).collect(),
+            args: positions
+                .iter()
+                .flat_map(|&i| {
+                    [
+                        hits[i].to_string(),
+                        batch[i].ttl_seconds.to_string(),
+                        batch[i].limit.to_string(),
+                    ]
+                })
+                .collect(),
+        };
+        // One node (the common case): no join, no reordering.
+        if let Some(((per_second, _), positions)) = groups.first_key_value() {
+            if groups.len() == 1 && positions.len() == batch.len() {
+                return self.node(*per_second).run(decision_of(positions)).await;
+            }
+        }
+        let calls = groups
+            .iter()
+            .map(|((per_second, _), positions)| self.node(*per_second).run(decision_of(positions)));
         let results = futures::future::join_all(calls).await;
         let mut out = vec![0; batch.len()];
         for (positions, result) in groups.values().zip(results) {
