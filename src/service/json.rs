@@ -208,7 +208,10 @@ fn render_status(s: &DescriptorStatus) -> String {
         fields.push(format!("\"limitRemaining\":{}", s.limit_remaining));
     }
     if let Some(d) = s.duration_until_reset {
-        fields.push(format!("\"durationUntilReset\":\"{}s\"", d.as_secs()));
+        fields.push(format!(
+            "\"durationUntilReset\":\"{}\"",
+            proto_json_duration(d)
+        ));
     }
     format!("{{{}}}", fields.join(","))
 }
@@ -239,6 +242,18 @@ fn render_value(v: &MetadataValue) -> String {
             l.iter().map(render_value).collect::<Vec<_>>().join(",")
         ),
         MetadataValue::Struct(s) => render_struct(s),
+    }
+}
+
+/// A `google.protobuf.Duration` in proto3 JSON: seconds with 0, 3, 6 or 9
+/// fractional digits, as protojson writes it (`"41s"`, `"0.100s"`).
+fn proto_json_duration(d: std::time::Duration) -> String {
+    let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
+    match nanos {
+        0 => format!("{secs}s"),
+        n if n % 1_000_000 == 0 => format!("{secs}.{:03}s", n / 1_000_000),
+        n if n % 1_000 == 0 => format!("{secs}.{:06}s", n / 1_000),
+        n => format!("{secs}.{n:09}s"),
     }
 }
 
@@ -335,5 +350,14 @@ mod tests {
             ..DescriptorStatus::default()
         };
         assert!(render_status(&zero).contains(r#""currentLimit":{"unit":"SECOND"}"#));
+    }
+
+    #[test]
+    fn durations_keep_their_fraction_as_protojson_does() {
+        let d = |s, n| proto_json_duration(Duration::new(s, n));
+        assert_eq!(d(41, 0), "41s");
+        assert_eq!(d(0, 100_000_000), "0.100s");
+        assert_eq!(d(1, 1_000), "1.000001s");
+        assert_eq!(d(2, 5), "2.000000005s");
     }
 }

@@ -58,9 +58,11 @@ fn status(s: DescriptorStatus) -> pb::rate_limit_response::DescriptorStatus {
             name: l.name,
         }),
         limit_remaining: s.limit_remaining,
+        // Whole seconds for the original's windows; the opt-in algorithms
+        // report sub-second waits.
         duration_until_reset: s.duration_until_reset.map(|d| wkt::Duration {
-            seconds: d.as_secs() as i64,
-            nanos: 0,
+            seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            nanos: d.subsec_nanos() as i32,
         }),
         quota: None,
     }
@@ -143,6 +145,22 @@ mod tests {
         assert_eq!(r.descriptors[1].hits_addend, None);
         assert_eq!(r.descriptors[0].limit.map(|l| l.unit), Some(9));
         assert_eq!(r.descriptors[0].entries, vec![Entry::new("k", "v")]);
+    }
+
+    #[test]
+    fn sub_second_resets_keep_their_nanoseconds() {
+        let r = RateLimitResponse {
+            overall_code: Code::OverLimit,
+            statuses: vec![DescriptorStatus {
+                code: Code::OverLimit,
+                duration_until_reset: Some(Duration::from_millis(1_500)),
+                ..DescriptorStatus::default()
+            }],
+            ..RateLimitResponse::default()
+        };
+        let wire = pb::RateLimitResponse::from(r);
+        let d = wire.statuses[0].duration_until_reset.expect("a reset");
+        assert_eq!((d.seconds, d.nanos), (1, 500_000_000));
     }
 
     #[test]
