@@ -24,12 +24,18 @@
 //! trip (concurrent requests can be denied meanwhile: at most the cost of
 //! the requests in flight on those keys), and keeps it only if the refund
 //! itself fails (Redis down between the two calls), at most its cost per
-//! limit. `integration/redis_service.rs` measures it.
+//! limit. `integration/store_conformance.rs` (`refused_requests_take_nothing`)
+//! measures it.
+//!
+//! On a single node (plain or behind sentinels) the groups of concurrent
+//! requests are coalesced into one script call (each group still all or
+//! nothing on its own), as the fixed-window decisions are.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::{store_error, RedisStore};
+use super::{coalesce, store_error, Backend, Node, RedisStore};
 use crate::limiter::Decision;
 use crate::store::{Check, CheckReply, Checked, CheckedLimit, Commit, StoreError, StoreErrorKind};
 
@@ -44,35 +50,21 @@ struct Part<'a> {
 }
 
 impl Part<'_> {
-    fn keys(&self) -> Vec<String> {
-        self.positions
-            .iter()
-            .map(|&i| self.batch[i].key.clone())
-            .collect()
-    }
-
-    fn argv(
-        &self,
-        mode: &str,
-        nonce: &str,
-        commit_time: u64,
-        only: Option<&[usize]>,
-    ) -> Vec<String> {
-        let positions: Vec<usize> = match only {
-            Some(only) => only.to_vec(),
-            None => self.positions.clone(),
-        };
-        let mut argv = Vec::with_capacity(4 + FIELDS * positions.len());
-        argv.extend([
+    /// The script group for `mode` over this part's checks (or `only`
+    /// of them).
+    fn group(&self, mode: &str, nonce: &str, commit_time: u64, only: Option<&[usize]>) -> Group {
+        let positions: &[usize] = only.unwrap_or(&self.positions);
+        let mut args = Vec::with_capacity(4 + FIELDS * positions.len());
+        args.extend([
             mode.to_string(),
             nonce.to_string(),
             commit_time.to_string(),
             positions.len().to_string(),
         ]);
-        for &i in &positions {
+        for &i in positions {
             let c = &self.batch[i];
             let (kind, limit, period, burst) = fields(&c.limit);
-            argv.extend([
+            args.extend([
                 kind.to_string(),
                 limit.to_string(),
                 period.to_string(),
@@ -81,7 +73,88 @@ impl Part<'_> {
                 if c.binding { "1" } else { "0" }.to_string(),
             ]);
         }
-        argv
+        Group {
+            keys: positions
+                .iter()
+                .map(|&i| self.batch[i].key.clone())
+                .collect(),
+            args,
+            reply_len: if mode == "refund" {
+                2
+            } else {
+                2 + 5 * positions.len()
+            },
+        }
+    }
+}
+
+/// One request's checks on one node, as one group of a script call.
+#[derive(Debug)]
+pub(super) struct Group {
+    keys: Vec<String>,
+    /// `mode, nonce, commit time, n`, then the checks' fields.
+    args: Vec<String>,
+    /// How many values the script answers for it.
+    reply_len: usize,
+}
+
+/// `algorithms.lua` calls on one node, for the coalescer: groups of
+/// several requests in one call, each still all or nothing on its own.
+#[derive(Debug)]
+pub(super) struct AlgorithmCalls(pub(super) Arc<Backend>);
+
+impl AlgorithmCalls {
+    async fn call(backend: &Backend, groups: Vec<Group>) -> Result<Vec<Vec<i64>>, StoreError> {
+        let n_keys = groups.iter().map(|g| g.keys.len()).sum();
+        let mut keys = Vec::with_capacity(n_keys);
+        let mut argv = Vec::with_capacity(1 + groups.iter().map(|g| g.args.len()).sum::<usize>());
+        argv.push(groups.len().to_string());
+        let mut sizes = Vec::with_capacity(groups.len());
+        for g in groups {
+            keys.extend(g.keys);
+            argv.extend(g.args);
+            sizes.push(g.reply_len);
+        }
+        let client = backend.pool.next();
+        let reply: Vec<i64> = backend
+            .algorithms
+            .evalsha_with_reload(client, keys, argv)
+            .await
+            .map_err(|e| store_error(&e))?;
+        if reply.len() != sizes.iter().sum::<usize>() {
+            return Err(malformed("wrong length"));
+        }
+        let mut reply = reply.into_iter();
+        Ok(sizes
+            .into_iter()
+            .map(|n| reply.by_ref().take(n).collect())
+            .collect())
+    }
+}
+
+impl coalesce::Batch for AlgorithmCalls {
+    type Item = Group;
+    type Answer = Vec<i64>;
+
+    fn run(
+        &self,
+        items: Vec<Group>,
+    ) -> impl std::future::Future<Output = Result<Vec<Vec<i64>>, StoreError>> + Send {
+        AlgorithmCalls::call(&self.0, items)
+    }
+}
+
+impl Node {
+    /// One group: coalesced with others on a single node, alone on a
+    /// Cluster slot.
+    pub(super) async fn run_algorithms(&self, group: Group) -> Result<Vec<i64>, StoreError> {
+        match &self.algorithms {
+            Some(c) => c.run(group).await,
+            None => AlgorithmCalls::call(&self.backend, vec![group])
+                .await?
+                .pop()
+                .ok_or_else(|| malformed("no group")),
+        }
     }
 }
 
@@ -174,21 +247,13 @@ pub(super) async fn check(
         })
         .collect();
     let nonce = format!("{:x}", rand::random::<u64>());
+    let mode = match commit {
+        Commit::IfAllPass => "commit",
+        Commit::Never => "peek",
+    };
     let calls = parts.iter().map(|part| {
-        let backend = &store.node(part.per_second).backend;
-        let mode = match commit {
-            Commit::IfAllPass => "commit",
-            Commit::Never => "peek",
-        };
-        let argv = part.argv(mode, &nonce, 0, None);
-        async move {
-            let client = backend.pool.next();
-            backend
-                .algorithms
-                .evalsha_with_reload::<Vec<i64>, _, _>(client, part.keys(), argv)
-                .await
-                .map_err(|e| store_error(&e))
-        }
+        let group = part.group(mode, &nonce, 0, None);
+        store.node(part.per_second).run_algorithms(group)
     });
     let replies = futures::future::join_all(calls).await;
 
@@ -266,19 +331,8 @@ async fn refund(
         if taken.is_empty() {
             return None;
         }
-        let backend = &store.node(part.per_second).backend;
-        let keys = taken
-            .iter()
-            .map(|&i| part.batch[i].key.clone())
-            .collect::<Vec<_>>();
-        let argv = part.argv("refund", nonce, now_us.max(&0).unsigned_abs(), Some(&taken));
-        Some(async move {
-            let client = backend.pool.next();
-            backend
-                .algorithms
-                .evalsha_with_reload::<Vec<i64>, _, _>(client, keys, argv)
-                .await
-        })
+        let group = part.group("refund", nonce, now_us.max(&0).unsigned_abs(), Some(&taken));
+        Some(store.node(part.per_second).run_algorithms(group))
     });
     for result in futures::future::join_all(calls).await {
         if let Err(e) = result {

@@ -25,6 +25,7 @@ pub mod scripts;
 pub mod url;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use fred::clients::Pool;
@@ -48,27 +49,70 @@ struct Backend {
 }
 
 /// A deployment and, for a single node (plain or behind sentinels), the
-/// queue that coalesces its decisions (see [`coalesce`]). Cluster calls go
-/// out directly, one per slot.
+/// queues that coalesce its decisions (see [`coalesce`]), one per script.
+/// Cluster calls go out directly, one per slot.
 #[derive(Debug)]
 struct Node {
-    backend: std::sync::Arc<Backend>,
-    coalescer: Option<coalesce::Coalescer>,
+    backend: Arc<Backend>,
+    windows: Option<coalesce::Coalescer<WindowCalls>>,
+    algorithms: Option<coalesce::Coalescer<algorithms::AlgorithmCalls>>,
 }
 
 impl Node {
     fn new(backend: Backend) -> Node {
-        let backend = std::sync::Arc::new(backend);
-        let coalescer = (!backend.clustered)
-            .then(|| coalesce::Coalescer::spawn(std::sync::Arc::clone(&backend)));
-        Node { backend, coalescer }
+        let backend = Arc::new(backend);
+        let single = !backend.clustered;
+        Node {
+            windows: single
+                .then(|| coalesce::Coalescer::spawn(Arc::new(WindowCalls(Arc::clone(&backend))))),
+            algorithms: single.then(|| {
+                coalesce::Coalescer::spawn(Arc::new(algorithms::AlgorithmCalls(Arc::clone(
+                    &backend,
+                ))))
+            }),
+            backend,
+        }
     }
 
-    async fn run(&self, decision: coalesce::Decision) -> Result<Vec<u64>, StoreError> {
-        match &self.coalescer {
+    /// One fixed-window decision: each key's value after it.
+    async fn run(&self, decision: WindowDecision) -> Result<Vec<u64>, StoreError> {
+        match &self.windows {
             Some(c) => c.run(decision).await,
-            None => self.backend.run_batch(vec![decision]).await,
+            None => one(self.backend.run_windows(vec![decision]).await),
         }
+    }
+}
+
+/// The only answer of a one-item call.
+fn one<T>(answers: Result<Vec<T>, StoreError>) -> Result<T, StoreError> {
+    answers?.pop().ok_or_else(|| StoreError {
+        kind: StoreErrorKind::Rejected,
+        message: "a script call answered no decision".into(),
+    })
+}
+
+/// One fixed-window decision for `fixed_window.lua`: its mode, keys and per
+/// key `hits, ttl, limit`.
+#[derive(Debug)]
+pub(crate) struct WindowDecision {
+    pub(crate) mode: &'static str,
+    pub(crate) keys: Vec<String>,
+    pub(crate) args: Vec<String>,
+}
+
+/// `fixed_window.lua` calls on one node, for the coalescer.
+#[derive(Debug)]
+struct WindowCalls(Arc<Backend>);
+
+impl coalesce::Batch for WindowCalls {
+    type Item = WindowDecision;
+    type Answer = Vec<u64>;
+
+    fn run(
+        &self,
+        items: Vec<WindowDecision>,
+    ) -> impl std::future::Future<Output = Result<Vec<Vec<u64>>, StoreError>> + Send {
+        self.0.run_windows(items)
     }
 }
 
@@ -97,16 +141,21 @@ fn store_error(e: &fred::error::Error) -> StoreError {
 }
 
 impl Backend {
-    /// One script call for `decisions`, all on one node (one slot); the
-    /// values of every decision's keys, in order.
-    async fn run_batch(&self, decisions: Vec<coalesce::Decision>) -> Result<Vec<u64>, StoreError> {
+    /// One `fixed_window.lua` call for `decisions`, all on one node (one
+    /// slot); per decision, the values of its keys.
+    async fn run_windows(
+        &self,
+        decisions: Vec<WindowDecision>,
+    ) -> Result<Vec<Vec<u64>>, StoreError> {
         let n_keys: usize = decisions.iter().map(|d| d.keys.len()).sum();
         let mut keys = Vec::with_capacity(n_keys);
         let mut argv = Vec::with_capacity(1 + 2 * decisions.len() + 3 * n_keys);
+        let mut sizes = Vec::with_capacity(decisions.len());
         argv.push(decisions.len().to_string());
         for d in decisions {
             argv.push(d.mode.to_string());
             argv.push(d.keys.len().to_string());
+            sizes.push(d.keys.len());
             argv.extend(d.args);
             keys.extend(d.keys);
         }
@@ -116,7 +165,17 @@ impl Backend {
             .evalsha_with_reload(client, keys, argv)
             .await
             .map_err(|e| store_error(&e))?;
-        Ok(values.into_iter().map(|v| v.max(0) as u64).collect())
+        if values.len() != n_keys {
+            return Err(StoreError {
+                kind: StoreErrorKind::Rejected,
+                message: "unexpected reply from the fixed-window script".into(),
+            });
+        }
+        let mut values = values.into_iter().map(|v| v.max(0).unsigned_abs());
+        Ok(sizes
+            .into_iter()
+            .map(|n| values.by_ref().take(n).collect())
+            .collect())
     }
 }
 
@@ -155,7 +214,7 @@ impl RedisStore {
         groups: &Groups,
         hits: &[u64],
     ) -> Result<Vec<u64>, StoreError> {
-        let decision_of = |positions: &[usize]| coalesce::Decision {
+        let decision_of = |positions: &[usize]| WindowDecision {
             mode,
             keys: positions.iter().map(|&i| batch[i].key.clone()).collect(),
             args: positions
@@ -192,16 +251,16 @@ impl RedisStore {
     /// `on_change(true)` when one is re-established
     /// (`REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`, runtime.md §5.9). The
     /// listener tasks end when the store's connections are closed.
-    pub fn watch_connections(&self, on_change: std::sync::Arc<dyn Fn(bool) + Send + Sync>) {
+    pub fn watch_connections(&self, on_change: Arc<dyn Fn(bool) + Send + Sync>) {
         let nodes = std::iter::once(&self.main).chain(self.per_second.as_ref());
         for node in nodes {
             for client in node.backend.pool.clients() {
-                let up = std::sync::Arc::clone(&on_change);
+                let up = Arc::clone(&on_change);
                 client.on_reconnect(move |_| {
                     up(true);
                     async { Ok(()) }
                 });
-                let down = std::sync::Arc::clone(&on_change);
+                let down = Arc::clone(&on_change);
                 client.on_error(move |(e, _)| {
                     if matches!(
                         e.kind(),

@@ -22,7 +22,8 @@
 /// The script text.
 pub const FIXED_WINDOW: &str = include_str!("fixed_window.lua");
 
-/// The opt-in algorithms' script (`algorithms.lua`): every check of one
-/// request on one node (one slot) decided at the server's `TIME` and
-/// committed all or nothing; see [`super::algorithms`] for the layout.
+/// The opt-in algorithms' script (`algorithms.lua`): one or more groups
+/// (each the checks of one request on this node or slot), each decided at
+/// the server's `TIME` and committed all or nothing on its own; the layout
+/// is in the script's header.
 pub const ALGORITHMS: &str = include_str!("algorithms.lua");
