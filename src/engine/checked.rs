@@ -41,6 +41,22 @@ pub(crate) struct KeyOptions<'a> {
     pub(crate) prefix: &'a str,
     /// Global `SHADOW_MODE`: nothing binds.
     pub(crate) shadow_mode: bool,
+    /// Which descriptors of the request count as quotas (`quota_mode`).
+    pub(crate) quota: &'a [bool],
+}
+
+impl KeyOptions<'_> {
+    /// Whether a refusal of descriptor `index` refuses the request by
+    /// itself, and so vetoes the commit: not in shadow mode (reported, let
+    /// through), and not a quota unless it is the request's only one (a
+    /// request is refused by its quotas only when all of them refuse, which
+    /// one check cannot know; with several, a refused request can be
+    /// counted by its other limits).
+    fn binds(&self, index: usize, rule_shadow_mode: bool) -> bool {
+        let is_quota = self.quota.get(index).copied().unwrap_or(false);
+        let only_quota = self.quota.iter().filter(|q| **q).count() == 1;
+        !(self.shadow_mode || rule_shadow_mode) && (!is_quota || only_quota)
+    }
 }
 
 /// Appends the checks of descriptor `index` (matched to `limit`) to `batch`.
@@ -59,7 +75,7 @@ pub(crate) fn add_checks(
 ) -> Option<CheckedDescriptor> {
     let entries = &request.descriptors[index].entries;
     let pattern = limit.share_threshold_key_pattern.as_deref();
-    let binding = !(options.shadow_mode || limit.rule.shadow_mode);
+    let binding = options.binds(index, limit.rule.shadow_mode);
     let first = batch.len();
     let mut window = None;
     if limit.rule.is_original() {

@@ -203,7 +203,7 @@ impl Engine {
             })
             .unzip();
         let pending = self.pending(request, original, now);
-        let (checks, checked) = self.checks(request, to_check, now);
+        let (checks, checked) = self.checks(request, to_check, &quota, now);
         // The original's windows first: a request they refuse must take
         // nothing from the checked limits (two round trips only when a
         // request has both kinds).
@@ -328,11 +328,13 @@ impl Engine {
         &self,
         request: &RateLimitRequest,
         limits: Vec<Option<MatchedLimit>>,
+        quota: &[bool],
         now: u64,
     ) -> (Vec<Check>, Vec<checked::CheckedDescriptor>) {
         let options = checked::KeyOptions {
             prefix: &self.options.cache_key_prefix,
             shadow_mode: self.options.shadow_mode,
+            quota,
         };
         let mut batch = Vec::new();
         let mut described = Vec::new();

@@ -254,3 +254,24 @@ async fn a_request_the_original_window_refuses_takes_nothing_from_the_new_limits
         89
     );
 }
+
+#[tokio::test]
+async fn a_quota_vetoes_only_when_its_refusal_refuses_the_request() {
+    let yaml = "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: minute\n      requests_per_unit: 100\n      algorithm: token_bucket\n  - key: q\n    quota_mode: true\n    rate_limit:\n      unit: minute\n      requests_per_unit: 1\n      algorithm: token_bucket\n  - key: r\n    quota_mode: true\n    rate_limit:\n      unit: minute\n      requests_per_unit: 100\n      algorithm: token_bucket\n";
+    let f = fixture(yaml, EngineOptions::default());
+    // The only quota refuses: the request is refused, `a` is not charged.
+    let one_quota: &[&[(&str, &str)]] = &[&[("a", "")], &[("q", "")]];
+    assert_eq!(f.admitted(one_quota, 5).await, 1);
+    assert_eq!(
+        f.ask(&[&[("a", "")]], 1).await.statuses[0].limit_remaining,
+        98
+    );
+    // Another quota passes: the request passes and everything that passed
+    // is counted.
+    let two_quotas: &[&[(&str, &str)]] = &[&[("a", "")], &[("q", "")], &[("r", "")]];
+    assert_eq!(f.admitted(two_quotas, 3).await, 3);
+    assert_eq!(
+        f.ask(&[&[("a", "")]], 1).await.statuses[0].limit_remaining,
+        94
+    );
+}
