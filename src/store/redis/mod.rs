@@ -31,6 +31,7 @@ use async_trait::async_trait;
 use fred::clients::Pool;
 use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::scripts::Script;
+use fred::types::Value;
 
 use super::{
     Check, CheckReply, Commit, Increment, IncrementPolicy, Store, StoreError, StoreErrorKind,
@@ -97,7 +98,14 @@ fn one<T>(answers: Result<Vec<T>, StoreError>) -> Result<T, StoreError> {
 pub(crate) struct WindowDecision {
     pub(crate) mode: &'static str,
     pub(crate) keys: Vec<String>,
-    pub(crate) args: Vec<String>,
+    /// Per key `hits, ttl, limit`, as integers (encoded without a string
+    /// per number).
+    pub(crate) args: Vec<Value>,
+}
+
+/// A count as a script argument (Redis integers are signed).
+fn int(n: u64) -> Value {
+    Value::Integer(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
 /// `fixed_window.lua` calls on one node, for the coalescer.
@@ -151,10 +159,10 @@ impl Backend {
         let mut keys = Vec::with_capacity(n_keys);
         let mut argv = Vec::with_capacity(1 + 2 * decisions.len() + 3 * n_keys);
         let mut sizes = Vec::with_capacity(decisions.len());
-        argv.push(decisions.len().to_string());
+        argv.push(int(decisions.len() as u64));
         for d in decisions {
-            argv.push(d.mode.to_string());
-            argv.push(d.keys.len().to_string());
+            argv.push(Value::from_static_str(d.mode));
+            argv.push(int(d.keys.len() as u64));
             sizes.push(d.keys.len());
             argv.extend(d.args);
             keys.extend(d.keys);
@@ -219,13 +227,7 @@ impl RedisStore {
             keys: positions.iter().map(|&i| batch[i].key.clone()).collect(),
             args: positions
                 .iter()
-                .flat_map(|&i| {
-                    [
-                        hits[i].to_string(),
-                        batch[i].ttl_seconds.to_string(),
-                        batch[i].limit.to_string(),
-                    ]
-                })
+                .flat_map(|&i| [int(hits[i]), int(batch[i].ttl_seconds), int(batch[i].limit)])
                 .collect(),
         };
         // One node (the common case): no join, no reordering.
