@@ -31,11 +31,10 @@
 //! requests are coalesced into one script call (each group still all or
 //! nothing on its own), as the fixed-window decisions are.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{coalesce, store_error, Backend, Node, RedisStore};
+use super::{coalesce, Backend, Node, RedisStore};
 use crate::limiter::Decision;
 use crate::store::{Check, CheckReply, Checked, CheckedLimit, Commit, StoreError, StoreErrorKind};
 
@@ -115,20 +114,9 @@ impl AlgorithmCalls {
             argv.extend(g.args);
             sizes.push(g.reply_len);
         }
-        let client = backend.pool.next();
-        let reply: Vec<i64> = backend
-            .algorithms
-            .evalsha_with_reload(client, keys, argv)
+        backend
+            .call(&backend.algorithms, keys, argv, sizes, "algorithms")
             .await
-            .map_err(|e| store_error(&e))?;
-        if reply.len() != sizes.iter().sum::<usize>() {
-            return Err(malformed("wrong length"));
-        }
-        let mut reply = reply.into_iter();
-        Ok(sizes
-            .into_iter()
-            .map(|n| reply.by_ref().take(n).collect())
-            .collect())
     }
 }
 
@@ -227,17 +215,11 @@ pub(super) async fn check(
             committed: true,
         });
     }
-    let mut groups: BTreeMap<(bool, u16), Vec<usize>> = BTreeMap::new();
-    for (i, c) in batch.iter().enumerate() {
-        let per_second = store.per_second.is_some()
-            && matches!(c.limit, CheckedLimit::OriginalWindow { window, .. } if window.length == 1);
-        let slot = if store.node(per_second).backend.clustered {
-            fred::util::redis_keyslot(c.key.as_bytes())
-        } else {
-            0
-        };
-        groups.entry((per_second, slot)).or_default().push(i);
-    }
+    let groups = store.group_by_node(batch.iter().map(|c| {
+        let one_second =
+            matches!(c.limit, CheckedLimit::OriginalWindow { window, .. } if window.length == 1);
+        (c.key.as_str(), one_second)
+    }));
     let parts: Vec<Part<'_>> = groups
         .into_iter()
         .map(|((per_second, _), positions)| Part {

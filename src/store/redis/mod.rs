@@ -167,19 +167,42 @@ impl Backend {
             argv.extend(d.args);
             keys.extend(d.keys);
         }
+        let answers = self
+            .call(&self.script, keys, argv, sizes, "fixed-window")
+            .await?;
+        Ok(answers
+            .into_iter()
+            .map(|a| a.into_iter().map(|v| v.max(0).unsigned_abs()).collect())
+            .collect())
+    }
+
+    /// Runs `script` over `keys` and `argv` on one node; its integer reply
+    /// cut into consecutive answers of `sizes` values (one per decision or
+    /// group), or an error naming `what` if the lengths disagree.
+    async fn call<V>(
+        &self,
+        script: &Script,
+        keys: Vec<String>,
+        argv: V,
+        sizes: Vec<usize>,
+        what: &str,
+    ) -> Result<Vec<Vec<i64>>, StoreError>
+    where
+        V: TryInto<fred::types::MultipleValues> + Send,
+        V::Error: Into<fred::error::Error> + Send,
+    {
         let client = self.pool.next();
-        let values: Vec<i64> = self
-            .script
+        let values: Vec<i64> = script
             .evalsha_with_reload(client, keys, argv)
             .await
             .map_err(|e| store_error(&e))?;
-        if values.len() != n_keys {
+        if values.len() != sizes.iter().sum::<usize>() {
             return Err(StoreError {
                 kind: StoreErrorKind::Rejected,
-                message: "unexpected reply from the fixed-window script".into(),
+                message: format!("unexpected reply from the {what} script"),
             });
         }
-        let mut values = values.into_iter().map(|v| v.max(0).unsigned_abs());
+        let mut values = values.into_iter();
         Ok(sizes
             .into_iter()
             .map(|n| values.by_ref().take(n).collect())
@@ -200,11 +223,23 @@ impl RedisStore {
 
     /// Batch positions grouped by (per-second Redis?, hash slot).
     fn groups(&self, batch: &[Increment]) -> Groups {
+        self.group_by_node(
+            batch
+                .iter()
+                .map(|inc| (inc.key.as_str(), inc.window.length == 1)),
+        )
+    }
+
+    /// Positions of `keys` grouped by the script call that can serve them:
+    /// (per-second Redis?, hash slot; 0 off a cluster). Each key comes with
+    /// whether it counts a one-second window (those go to the per-second
+    /// Redis when there is one).
+    fn group_by_node<'k>(&self, keys: impl Iterator<Item = (&'k str, bool)>) -> Groups {
         let mut groups = Groups::new();
-        for (i, inc) in batch.iter().enumerate() {
-            let per_second = self.per_second.is_some() && inc.window.length == 1;
+        for (i, (key, one_second)) in keys.enumerate() {
+            let per_second = self.per_second.is_some() && one_second;
             let slot = if self.node(per_second).backend.clustered {
-                fred::util::redis_keyslot(inc.key.as_bytes())
+                fred::util::redis_keyslot(key.as_bytes())
             } else {
                 0
             };
