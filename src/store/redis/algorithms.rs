@@ -34,7 +34,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{coalesce, Backend, Node, RedisStore};
+use super::{coalesce, one, Backend, Node, RedisStore};
 use crate::limiter::Decision;
 use crate::store::{Check, CheckReply, Checked, CheckedLimit, Commit, StoreError, StoreErrorKind};
 
@@ -138,10 +138,7 @@ impl Node {
     pub(super) async fn run_algorithms(&self, group: Group) -> Result<Vec<i64>, StoreError> {
         match &self.algorithms {
             Some(c) => c.run(group).await,
-            None => AlgorithmCalls::call(&self.backend, vec![group])
-                .await?
-                .pop()
-                .ok_or_else(|| malformed("no group")),
+            None => one(AlgorithmCalls::call(&self.backend, vec![group]).await),
         }
     }
 }
@@ -252,6 +249,7 @@ pub(super) async fn check(
                 continue;
             }
         };
+        // `call` checked the length; this guards the indexing below.
         if reply.len() != 2 + 5 * part.positions.len() {
             all_committed = false;
             first_error.get_or_insert(malformed("wrong length"));
