@@ -28,7 +28,8 @@ use parking_lot::{Mutex, MutexGuard};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 use super::{
-    Check, CheckReply, Checked, CheckedLimit, Commit, Increment, IncrementPolicy, Store, StoreError,
+    Check, CheckReply, Checked, CheckedLimit, Commit, Increment, IncrementPolicy, Store,
+    StoreError, StoreErrorKind,
 };
 use crate::limiter::fixed_window::Window;
 use crate::limiter::{Algorithm, Clock, FixedWindowCounter, Limiter, LimiterState, WindowCount};
@@ -283,85 +284,87 @@ impl Store for MemoryStore {
         let mut counters = lock_shards(&self.shards, of_kind(true));
         let mut states = lock_shards(&self.states, of_kind(false));
         // What the batch would write, so that checks on one key see the
-        // ones before them.
-        let mut pending: HashMap<u128, Slot> = HashMap::new();
+        // ones before them; for an original window also when its counter
+        // expires (Unix seconds).
+        let mut pending: HashMap<u128, (Slot, Option<u64>)> = HashMap::new();
+        // Per check: its decision, and its counter before and after.
         let mut results = Vec::with_capacity(batch.len());
         for (check, &id) in batch.iter().zip(&ids) {
-            let (limiter, stored) = match &check.limit {
+            let (limiter, stored, counter_expiry) = match &check.limit {
                 CheckedLimit::Algorithm(limiter) => {
                     let stored = locked(&mut states, id)
                         .get(&id)
                         .filter(|slot| slot.expires_at > now)
                         .map(|slot| slot.state.clone());
-                    (*limiter, stored)
+                    (*limiter, stored, None)
                 }
                 CheckedLimit::OriginalWindow { limit, window, .. } => {
                     let count = locked(&mut counters, id)
                         .get(&id)
                         .filter(|c| c.expires_at > now.as_secs())
                         .map_or(0, |c| c.count);
-                    let limiter = original_window(*limit, window);
                     let state = LimiterState::FixedWindow(WindowCount {
                         window_start: Duration::from_secs(window.start),
                         count,
                     });
-                    (limiter, Some(state))
+                    let end = window.start + window.length;
+                    (original_window(*limit, window)?, Some(state), Some(end))
                 }
             };
-            let state = pending.get(&id).map(|slot| slot.state.clone()).or(stored);
+            let state = pending
+                .get(&id)
+                .map(|(slot, _)| slot.state.clone())
+                .or(stored);
             let (decision, next) = limiter.decide(state.clone(), check.cost, now);
             let count = |s: &Option<LimiterState>| match s {
                 Some(LimiterState::FixedWindow(w)) => w.count,
                 _ => 0,
             };
             let before = count(&state);
+            let mut after = before;
             if decision.is_allowed() && check.cost > 0 {
+                after = count(&Some(next.clone()));
                 let expires_at = now + limiter.expires_after(&next, now);
-                pending.insert(
-                    id,
-                    Slot {
-                        state: next,
-                        expires_at,
-                    },
-                );
+                let slot = Slot {
+                    state: next,
+                    expires_at,
+                };
+                pending.insert(id, (slot, counter_expiry));
             }
-            results.push((decision, before));
+            results.push((decision, before, after));
         }
         let committed = commit == Commit::IfAllPass
             && batch
                 .iter()
                 .zip(&results)
-                .all(|(c, (d, _))| !c.binding || d.is_allowed());
-        let mut out = Vec::with_capacity(batch.len());
-        for ((check, &id), (decision, before)) in batch.iter().zip(&ids).zip(results) {
-            let mut count = before;
-            if let (true, CheckedLimit::OriginalWindow { window, .. }) = (committed, &check.limit) {
-                if decision.is_allowed() {
-                    count = before.saturating_add(check.cost);
-                }
-                if let Some(Slot {
-                    state: LimiterState::FixedWindow(w),
-                    ..
-                }) = pending.get(&id)
-                {
-                    locked(&mut counters, id).insert(
-                        id,
-                        Counter {
-                            count: w.count,
-                            expires_at: window.start + window.length,
-                        },
-                    );
-                }
-            }
-            out.push(Checked { decision, count });
-        }
+                .all(|(c, (d, ..))| !c.binding || d.is_allowed());
         if committed {
-            for (check, &id) in batch.iter().zip(&ids) {
-                if let (CheckedLimit::Algorithm(_), Some(slot)) = (&check.limit, pending.get(&id)) {
-                    locked(&mut states, id).insert(id, slot.clone());
+            for (id, (slot, counter_expiry)) in pending {
+                match (counter_expiry, slot.state) {
+                    (Some(expires_at), LimiterState::FixedWindow(w)) => {
+                        let counter = Counter {
+                            count: w.count,
+                            expires_at,
+                        };
+                        locked(&mut counters, id).insert(id, counter);
+                    }
+                    (_, state) => {
+                        let slot = Slot {
+                            state,
+                            expires_at: slot.expires_at,
+                        };
+                        locked(&mut states, id).insert(id, slot);
+                    }
                 }
             }
         }
+        let out = results
+            .into_iter()
+            .map(|(decision, before, after)| Checked {
+                decision,
+                count: if committed { after } else { before },
+            })
+            .collect();
         Ok(CheckReply {
             results: out,
             committed,
@@ -370,15 +373,15 @@ impl Store for MemoryStore {
 }
 
 /// The original's window as a [`Limiter`] over the window's length (its key
-/// already names the window).
-pub(crate) fn original_window(limit: u64, window: &Window) -> Limiter {
-    let length = Duration::from_secs(window.length.max(1));
-    // A window of at least one second and at most u64::MAX seconds is
-    // within what FixedWindowCounter accepts up to about 584 years; longer
-    // never comes from a proto unit.
-    Limiter::FixedWindow(FixedWindowCounter::new(limit, length).unwrap_or_else(|_| {
-        FixedWindowCounter::new(limit, Duration::from_secs(1)).expect("1 s is a valid window")
-    }))
+/// already names the window). Proto units give windows of one second to a
+/// year, all valid; anything else is refused rather than trusted.
+fn original_window(limit: u64, window: &Window) -> Result<Limiter, StoreError> {
+    FixedWindowCounter::new(limit, Duration::from_secs(window.length))
+        .map(Limiter::FixedWindow)
+        .map_err(|e| StoreError {
+            kind: StoreErrorKind::Rejected,
+            message: format!("fixed window of {} s: {e}", window.length),
+        })
 }
 
 #[cfg(test)]
