@@ -170,10 +170,8 @@ fn extension_limits<'a>(
             if rl.unlimited
                 || (original && rl.burst.is_none() && rl.unit_multiplier.unwrap_or(1) == 1)
             {
-                // Still refuse a misspelled algorithm or a zero multiplier.
-                if !rl.unlimited {
-                    build_limit(file, rl)?;
-                }
+                // The original's fixed window (a misspelled algorithm or a
+                // zero multiplier is not `original` and is refused below).
                 return Ok((None, Vec::new()));
             }
             Ok((Some(rl), vec![build_limit(file, rl)?]))
