@@ -43,6 +43,8 @@ pub(crate) struct KeyOptions<'a> {
     pub(crate) shadow_mode: bool,
     /// Which descriptors of the request count as quotas (`quota_mode`).
     pub(crate) quota: &'a [bool],
+    /// Whether the request has exactly one quota descriptor.
+    pub(crate) one_quota: bool,
 }
 
 impl KeyOptions<'_> {
@@ -54,8 +56,7 @@ impl KeyOptions<'_> {
     /// counted by its other limits).
     fn binds(&self, index: usize, rule_shadow_mode: bool) -> bool {
         let is_quota = self.quota.get(index).copied().unwrap_or(false);
-        let only_quota = self.quota.iter().filter(|q| **q).count() == 1;
-        !(self.shadow_mode || rule_shadow_mode) && (!is_quota || only_quota)
+        !(self.shadow_mode || rule_shadow_mode) && (!is_quota || self.one_quota)
     }
 }
 

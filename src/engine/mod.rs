@@ -335,6 +335,7 @@ impl Engine {
             prefix: &self.options.cache_key_prefix,
             shadow_mode: self.options.shadow_mode,
             quota,
+            one_quota: quota.iter().filter(|q| **q).count() == 1,
         };
         let mut batch = Vec::new();
         let mut described = Vec::new();
