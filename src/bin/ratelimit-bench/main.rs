@@ -19,7 +19,6 @@
 //! every request has a timeout.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::io::Write as _;
 use std::pin::Pin;
 use std::process::ExitCode;
@@ -33,7 +32,6 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::{
-    rate_limit_service_client::RateLimitServiceClient,
     rate_limit_service_server::{RateLimitService, RateLimitServiceServer},
     RateLimitRequest, RateLimitResponse,
 };
@@ -42,7 +40,11 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use ratelimit::cli::{Flag, FlagError, FlagKind, FlagSet, Parsed};
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
+
+mod grpc;
+mod threads;
+use grpc::GrpcConnection;
+use threads::LoadThreads;
 
 const HELP: &str = "\
 ratelimit-bench: bounded load tool for the rate limit service (ShouldRateLimit)
@@ -61,6 +63,9 @@ Flags take `--name value` or `--name=value` (one dash works too).
 LOAD OPTIONS (run, compare):
   --target HOST:PORT    server to load (default 127.0.0.1:8081)
   --connections N       HTTP/2 connections (default 1)
+  --threads T           load threads, each a single-threaded runtime owning
+                        every T-th connection (default: connections, at most
+                        the number of CPUs this process may run on)
   --concurrency M       requests in flight PER CONNECTION (default 16);
                         in flight in total = N * M
   --duration D          measured time (default 10s; at most 1h)
@@ -173,8 +178,9 @@ enum Failure {
     Fatal(String),
 }
 
+/// Runs a command's orchestration; the load itself runs on [`LoadThreads`].
 fn block_on<F: std::future::Future<Output = Result<(), Failure>>>(f: F) -> Result<(), Failure> {
-    tokio::runtime::Builder::new_multi_thread()
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| Failure::Fatal(format!("cannot start the runtime: {e}")))?
@@ -332,6 +338,7 @@ fn zipf_cdf(keys: u64, s: f64) -> Arc<[f64]> {
 struct LoadConfig {
     target: String,
     connections: usize,
+    threads: usize,
     concurrency: usize,
     duration: Duration,
     warmup: Duration,
@@ -351,6 +358,7 @@ fn load_flags(command: &'static str) -> FlagSet {
         vec![
             string_flag("target", "127.0.0.1:8081"),
             string_flag("connections", "1"),
+            string_flag("threads", ""),
             string_flag("concurrency", "16"),
             string_flag("duration", "10s"),
             string_flag("warmup", "2s"),
@@ -384,6 +392,10 @@ fn parse_load(args: &[String], command: &'static str) -> Result<LoadConfig, Fail
         1,
         1024,
     )?;
+    let threads = match get("threads").as_str() {
+        "" => connections.min(std::thread::available_parallelism().map_or(1, |n| n.get())),
+        text => bounded("threads", parse_number("threads", text)?, 1, 1024)?,
+    };
     let concurrency = bounded(
         "concurrency",
         parse_number("concurrency", &get("concurrency"))?,
@@ -432,6 +444,7 @@ fn parse_load(args: &[String], command: &'static str) -> Result<LoadConfig, Fail
     let config = LoadConfig {
         target,
         connections,
+        threads,
         concurrency,
         duration,
         warmup: duration_of("warmup")?,
@@ -540,7 +553,7 @@ fn build_request(config: &LoadConfig, rng: &mut SmallRng) -> RateLimitRequest {
 }
 
 async fn worker(
-    mut client: RateLimitServiceClient<Channel>,
+    mut client: GrpcConnection,
     config: Arc<LoadConfig>,
     schedule: Schedule,
     pacer: Option<Arc<Pacer>>,
@@ -574,7 +587,7 @@ async fn worker(
             break;
         }
         let request = build_request(&config, &mut rng);
-        let result = tokio::time::timeout(config.timeout, client.should_rate_limit(request)).await;
+        let result = tokio::time::timeout(config.timeout, client.should_rate_limit(&request)).await;
         let done = Instant::now();
         if due < schedule.measure_from {
             continue;
@@ -584,16 +597,16 @@ async fn worker(
                 let micros =
                     u64::try_from(done.duration_since(from).as_micros()).unwrap_or(u64::MAX);
                 tally.latency.saturating_record(micros.max(1));
-                match Code::try_from(response.get_ref().overall_code) {
+                match Code::try_from(response.overall_code) {
                     Ok(Code::Ok) => tally.ok += 1,
                     Ok(Code::OverLimit) => tally.over_limit += 1,
                     _ => tally.other_code += 1,
                 }
             }
-            Ok(Err(status)) => {
-                let mut message = status.message().to_string();
+            Ok(Err(e)) => {
+                let mut message = e.to_string();
                 message.truncate(120);
-                tally.error(format!("{:?}: {message}", status.code()));
+                tally.error(message);
             }
             Err(_) => tally.error("timeout".into()),
         }
@@ -635,6 +648,7 @@ impl Report {
         serde_json::json!({
             "target": c.target,
             "connections": c.connections,
+            "threads": c.threads,
             "concurrency": c.concurrency,
             "in_flight": c.connections * c.concurrency,
             "duration_s": c.duration.as_secs_f64(),
@@ -665,12 +679,13 @@ impl Report {
             None => "closed loop".into(),
         };
         out!(
-            "[{}] {}: {} connection(s) x {} in flight = {}, {mode}, {:?} (+{:?} warmup)",
+            "[{}] {}: {} connection(s) x {} in flight = {} on {} load thread(s), {mode}, {:?} (+{:?} warmup)",
             self.label,
             c.target,
             c.connections,
             c.concurrency,
             c.connections * c.concurrency,
+            c.threads,
             c.duration,
             c.warmup
         );
@@ -714,41 +729,45 @@ fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
-fn endpoint_uri(target: &str) -> String {
-    if target.starts_with("http://") || target.starts_with("https://") {
-        target.to_string()
-    } else {
-        format!("http://{target}")
+/// `--target` as `host:port` (an `http://` prefix is accepted).
+fn authority(target: &str) -> Result<&str, Failure> {
+    if target.starts_with("https://") {
+        return Err(Failure::Usage(format!(
+            "--target {target:?}: the load tool speaks plaintext HTTP/2 only"
+        )));
     }
+    let authority = target.strip_prefix("http://").unwrap_or(target);
+    Ok(authority.trim_end_matches('/'))
 }
 
-/// Opens `config.connections` HTTP/2 connections to the target.
-async fn connect(config: &LoadConfig) -> Result<Vec<Channel>, Failure> {
-    let endpoint = Endpoint::from_shared(endpoint_uri(&config.target))
-        .map_err(|e| Failure::Usage(format!("invalid --target {:?}: {e}", config.target)))?
-        .tcp_nodelay(true)
-        .connect_timeout(Duration::from_secs(5))
-        .buffer_size(config.concurrency.max(1024));
-    let mut channels = Vec::with_capacity(config.connections);
-    for _ in 0..config.connections {
-        let channel = endpoint.connect().await.map_err(|e| {
-            let mut msg = format!("cannot connect to {}: {e}", config.target);
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                let _ = write!(msg, ": {s}");
-                source = s.source();
-            }
-            Failure::Fatal(msg)
-        })?;
-        channels.push(channel);
+/// Opens `config.connections` HTTP/2 connections to the target, connection
+/// `i` on the load thread that will drive its slots.
+async fn connect(
+    config: &LoadConfig,
+    threads: &LoadThreads,
+) -> Result<Vec<GrpcConnection>, Failure> {
+    let authority = authority(&config.target)?;
+    let mut connections = Vec::with_capacity(config.connections);
+    for i in 0..config.connections {
+        let connection = threads
+            .for_connection(i)
+            .spawn(GrpcConnection::connect(
+                authority.to_string(),
+                Duration::from_secs(5),
+            ))
+            .await
+            .map_err(|e| Failure::Fatal(format!("load thread failed: {e}")))?
+            .map_err(Failure::Fatal)?;
+        connections.push(connection);
     }
-    Ok(channels)
+    Ok(connections)
 }
 
 async fn load(
     label: &'static str,
     config: &LoadConfig,
-    channels: Vec<Channel>,
+    connections: Vec<GrpcConnection>,
+    threads: &LoadThreads,
 ) -> Result<Report, Failure> {
     let config = Arc::new(config.clone());
     let start = Instant::now();
@@ -765,17 +784,20 @@ async fn load(
     });
     let mut workers = tokio::task::JoinSet::new();
     let mut seed = config.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    for channel in &channels {
+    for (i, connection) in connections.iter().enumerate() {
         for _ in 0..config.concurrency {
             seed = seed.wrapping_add(1);
-            workers.spawn(worker(
-                RateLimitServiceClient::new(channel.clone()),
-                Arc::clone(&config),
-                schedule,
-                pacer.clone(),
-                SmallRng::seed_from_u64(seed),
-                Tally::new()?,
-            ));
+            workers.spawn_on(
+                worker(
+                    connection.clone(),
+                    Arc::clone(&config),
+                    schedule,
+                    pacer.clone(),
+                    SmallRng::seed_from_u64(seed),
+                    Tally::new()?,
+                ),
+                threads.for_connection(i),
+            );
         }
     }
     let mut total = Tally::new()?;
@@ -790,9 +812,15 @@ async fn load(
     })
 }
 
+fn load_threads(config: &LoadConfig) -> Result<LoadThreads, Failure> {
+    LoadThreads::start(config.threads)
+        .map_err(|e| Failure::Fatal(format!("cannot start the load threads: {e}")))
+}
+
 async fn run_command(config: LoadConfig) -> Result<(), Failure> {
-    let channels = connect(&config).await?;
-    let report = load("run", &config, channels).await?;
+    let threads = load_threads(&config)?;
+    let connections = connect(&config, &threads).await?;
+    let report = load("run", &config, connections, &threads).await?;
     report.print();
     let mut json = report.json();
     if let Some(map) = json.as_object_mut() {
@@ -808,8 +836,9 @@ async fn compare_command(config: LoadConfig, noop: &NoopChild) -> Result<(), Fai
         ..config.clone()
     };
     // Connect to both first, so a wrong --target fails before any load.
-    let target_channels = connect(&config).await?;
-    let noop_channels = connect(&noop_config).await?;
+    let threads = load_threads(&config)?;
+    let target_connections = connect(&config, &threads).await?;
+    let noop_connections = connect(&noop_config, &threads).await?;
     let mut noop_total: Option<Report> = None;
     let mut target_total: Option<Report> = None;
     for round in 0..config.rounds {
@@ -818,9 +847,9 @@ async fn compare_command(config: LoadConfig, noop: &NoopChild) -> Result<(), Fai
         let mut reports = Vec::with_capacity(2);
         for side in [noop_first, !noop_first] {
             let report = if side {
-                load("noop", &noop_config, noop_channels.clone()).await?
+                load("noop", &noop_config, noop_connections.clone(), &threads).await?
             } else {
-                load("target", &config, target_channels.clone()).await?
+                load("target", &config, target_connections.clone(), &threads).await?
             };
             reports.push(report);
         }
@@ -1286,5 +1315,17 @@ mod tests {
         ));
         let mismatch = ["--descriptors=3".to_string(), "--entries=a,b".to_string()];
         assert!(parse_load(&mismatch, "run").is_err());
+        assert!(c.threads >= 1 && c.threads <= c.connections);
+        let threads = ["--connections=4".to_string(), "--threads=3".to_string()];
+        assert_eq!(parse_load(&threads, "run").expect("valid").threads, 3);
+        let zero = ["--threads=0".to_string()];
+        assert!(matches!(parse_load(&zero, "run"), Err(Failure::Usage(_))));
+    }
+
+    #[test]
+    fn targets_are_plaintext_authorities() {
+        assert_eq!(authority("127.0.0.1:8081").ok(), Some("127.0.0.1:8081"));
+        assert_eq!(authority("http://h:1/").ok(), Some("h:1"));
+        assert!(matches!(authority("https://h:1"), Err(Failure::Usage(_))));
     }
 }
