@@ -24,7 +24,6 @@ pub mod connect;
 pub mod scripts;
 pub mod url;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -210,8 +209,10 @@ impl Backend {
     }
 }
 
-/// A group of batch positions that one script call can serve.
-type Groups = BTreeMap<(bool, u16), Vec<usize>>;
+/// Batch positions grouped by the script call that can serve them, keyed by
+/// (per-second Redis?, hash slot), in order of first appearance. A request
+/// touches few nodes, so a linear search beats a map here.
+type Groups = Vec<((bool, u16), Vec<usize>)>;
 
 impl RedisStore {
     fn node(&self, per_second: bool) -> &Node {
@@ -243,7 +244,13 @@ impl RedisStore {
             } else {
                 0
             };
-            groups.entry((per_second, slot)).or_default().push(i);
+            match groups
+                .iter_mut()
+                .find(|(node, _)| *node == (per_second, slot))
+            {
+                Some((_, positions)) => positions.push(i),
+                None => groups.push(((per_second, slot), vec![i])),
+            }
         }
         groups
     }
@@ -266,7 +273,7 @@ impl RedisStore {
                 .collect(),
         };
         // One node (the common case): no join, no reordering.
-        if let Some(((per_second, _), positions)) = groups.first_key_value() {
+        if let Some(((per_second, _), positions)) = groups.first() {
             if groups.len() == 1 && positions.len() == batch.len() {
                 return self.node(*per_second).run(decision_of(positions)).await;
             }
@@ -276,7 +283,7 @@ impl RedisStore {
             .map(|((per_second, _), positions)| self.node(*per_second).run(decision_of(positions)));
         let results = futures::future::join_all(calls).await;
         let mut out = vec![0; batch.len()];
-        for (positions, result) in groups.values().zip(results) {
+        for ((_, positions), result) in groups.iter().zip(results) {
             for (&i, v) in positions.iter().zip(result?) {
                 out[i] = v;
             }
