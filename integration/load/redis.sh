@@ -15,6 +15,9 @@
 # and concurrency: no-op, memory, Redis, Redis Cluster (peak and ~half
 # load), the Redis commands per decision from INFO commandstats, and
 # redis-benchmark running the same Lua script directly against Redis.
+# When h2load (Debian's nghttp2-client) is installed, the memory and Redis
+# runs are repeated with it as an independent client (one hot key: h2load
+# sends one fixed body).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DURATION=${1:-5s}
@@ -106,6 +109,31 @@ bench() { # label target concurrency [domain]
     echo "$1 $(echo "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print("rps=%d p50_us=%d p99_us=%d p999_us=%d errors=%d" % (d["rps"], d["p50_us"], d["p99_us"], d["p999_us"], d["errors"]))')"
 }
 
+# One gRPC-framed ShouldRateLimit request (domain bench, key=h2load) for h2load.
+python3 - "$work/body.bin" <<'PY'
+import sys
+def varint(n):
+    out = b""
+    while True:
+        b, n = n & 0x7F, n >> 7
+        if not n:
+            return out + bytes([b])
+        out += bytes([b | 0x80])
+def field(num, data):
+    return varint(num << 3 | 2) + varint(len(data)) + data
+req = field(1, b"bench") + field(2, field(1, field(1, b"key") + field(2, b"h2load")))
+open(sys.argv[1], "wb").write(b"\0" + len(req).to_bytes(4, "big") + req)
+PY
+
+h2bench() { # label target
+    command -v h2load >/dev/null && [ "$D" = 1 ] || return 0
+    local out
+    out=$("${other_cpu[@]}" h2load -D "$DURATION" --warm-up-time 1s -c "$CONNS" -m "$CONC" -t 1 -d "$work/body.bin" \
+        -H 'content-type: application/grpc' -H 'te: trailers' \
+        "http://$2/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" 2>&1)
+    echo "$1 $(echo "$out" | sed -n 's/^finished in [^,]*, \([0-9.]*\) req\/s.*/rps=\1/p') $(echo "$out" | grep -o '[0-9]* succeeded, [0-9]* failed, [0-9]* errored' | head -1)"
+}
+
 echo "=== $D descriptor(s) per request; peak: $CONNS connections x $CONC in flight; half load: $CONNS x 2"
 "${svc_cpu[@]}" target/release/ratelimit-bench noop --listen 127.0.0.1:0 >"$work/noop.log" 2>&1 &
 pids+=($!)
@@ -116,6 +144,7 @@ start_service BACKEND_TYPE=memory
 bench "memory  peak" "$grpc" "$CONC"
 bench "memory  half" "$grpc" 2
 bench "memory  token_bucket peak" "$grpc" "$CONC" bench_tb
+h2bench "memory  h2load hot key peak" "$grpc"
 kill "$svc"; wait "$svc" 2>/dev/null || true
 
 start_service BACKEND_TYPE=redis REDIS_URL="127.0.0.1:$single"
@@ -126,6 +155,14 @@ calls=$(redis-cli -p "$single" info commandstats | sed -n 's/^cmdstat_evalsha:ca
 other=$(redis-cli -p "$single" info commandstats | grep -E '^cmdstat_(incrby|expire|get|set):' | grep -v evalsha | tr '\n' ' ')
 echo "redis   commands: evalsha=$calls (inside scripts: $other)"
 bench "redis   token_bucket peak" "$grpc" "$CONC" bench_tb
+if command -v h2load >/dev/null && [ "$D" = 1 ]; then
+    h2bench "redis   h2load hot key peak" "$grpc"
+    counted=0
+    for k in $(redis-cli -p "$single" --scan --pattern 'bench_key_h2load_*'); do
+        counted=$((counted + $(redis-cli -p "$single" get "$k")))
+    done
+    echo "redis   h2load hot key: $counted hits counted in Redis (warm-up included)"
+fi
 kill "$svc"; wait "$svc" 2>/dev/null || true
 
 start_service BACKEND_TYPE=redis REDIS_TYPE=cluster REDIS_URL="$(printf '127.0.0.1:%s,' "${cports[@]:0:3}" | sed 's/,$//')"
