@@ -1141,33 +1141,39 @@ fn tls_incoming(
 }
 
 fn noop_command(options: NoopOptions) -> Result<(), Failure> {
-    block_on(async move {
-        let listener = tokio::net::TcpListener::bind(&options.listen)
-            .await
-            .map_err(|e| Failure::Fatal(format!("cannot listen on {}: {e}", options.listen)))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| Failure::Fatal(format!("cannot read the bound address: {e}")))?;
-        out!("listening on {addr}");
-        let served = Arc::new(AtomicU64::new(0));
-        let limit = options.duration;
-        let shutdown = async move {
-            let deadline = async {
-                if limit.is_zero() {
-                    std::future::pending::<()>().await;
-                } else {
-                    tokio::time::sleep(limit).await;
+    // The same runtime as the service's (multi-threaded, one worker per
+    // CPU), so the ceiling it measures is the service's gRPC stack's.
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Fatal(format!("cannot start the runtime: {e}")))?
+        .block_on(async move {
+            let listener = tokio::net::TcpListener::bind(&options.listen)
+                .await
+                .map_err(|e| Failure::Fatal(format!("cannot listen on {}: {e}", options.listen)))?;
+            let addr = listener
+                .local_addr()
+                .map_err(|e| Failure::Fatal(format!("cannot read the bound address: {e}")))?;
+            out!("listening on {addr}");
+            let served = Arc::new(AtomicU64::new(0));
+            let limit = options.duration;
+            let shutdown = async move {
+                let deadline = async {
+                    if limit.is_zero() {
+                        std::future::pending::<()>().await;
+                    } else {
+                        tokio::time::sleep(limit).await;
+                    }
+                };
+                tokio::select! {
+                    () = deadline => {}
+                    () = signal() => {}
                 }
             };
-            tokio::select! {
-                () = deadline => {}
-                () = signal() => {}
-            }
-        };
-        serve_noop(listener, options.tls, Arc::clone(&served), shutdown).await?;
-        out!("served {} requests", served.load(Ordering::Relaxed));
-        Ok(())
-    })
+            serve_noop(listener, options.tls, Arc::clone(&served), shutdown).await?;
+            out!("served {} requests", served.load(Ordering::Relaxed));
+            Ok(())
+        })
 }
 
 /// Completes on SIGINT or SIGTERM (never if the handlers cannot be set).
