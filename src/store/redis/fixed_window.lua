@@ -4,6 +4,16 @@
 -- order. Returns every key's value after its decision, in order.
 local out = {}
 local call = redis.call
+
+-- Adds hits to counter j (KEYS[j]); sets its TTL when this creates it.
+local function add(j, hits, ttl)
+  local v = call('INCRBY', KEYS[j], hits)
+  if v == hits then
+    call('EXPIRE', KEYS[j], ttl)
+  end
+  out[j] = v
+end
+
 local a = 2
 local k = 0
 for _ = 1, tonumber(ARGV[1]) do
@@ -13,42 +23,31 @@ for _ = 1, tonumber(ARGV[1]) do
   if mode == 'always' then
     -- The common case, kept free of tables: Redis spends its time here.
     for i = 1, n do
-      local key = KEYS[k + i]
-      local hits = tonumber(ARGV[a + 3 * (i - 1)])
-      local v = call('INCRBY', key, hits)
-      if v == hits then
-        call('EXPIRE', key, ARGV[a + 3 * (i - 1) + 1])
-      end
-      out[k + i] = v
+      add(k + i, tonumber(ARGV[a + 3 * (i - 1)]), ARGV[a + 3 * (i - 1) + 1])
     end
   elseif mode == 'read' then
     for i = 1, n do
       out[k + i] = tonumber(call('GET', KEYS[k + i]) or '0')
     end
   else -- 'stop': add nothing to the others if any key would exceed
-    local add = {}
+    local over = {}
     local any = false
     for i = 1, n do
       local hits = tonumber(ARGV[a + 3 * (i - 1)])
       local current = tonumber(call('GET', KEYS[k + i]) or '0')
       if current + hits > tonumber(ARGV[a + 3 * (i - 1) + 2]) then
         any = true
-        add[i] = hits
+        over[i] = hits
       else
-        add[i] = -1
+        over[i] = -1
       end
     end
     for i = 1, n do
-      local key = KEYS[k + i]
-      local hits = add[i]
+      local hits = over[i]
       if hits < 0 then
         hits = any and 0 or tonumber(ARGV[a + 3 * (i - 1)])
       end
-      local v = call('INCRBY', key, hits)
-      if v == hits then
-        call('EXPIRE', key, ARGV[a + 3 * (i - 1) + 1])
-      end
-      out[k + i] = v
+      add(k + i, hits, ARGV[a + 3 * (i - 1) + 1])
     end
   end
   a = a + 3 * n
