@@ -140,20 +140,20 @@ impl Limiter {
     /// Requests per period.
     pub fn limit(&self) -> u64 {
         match self {
-            Limiter::FixedWindow(a) => a.limit(),
-            Limiter::SlidingWindow(a) => a.limit(),
+            Limiter::FixedWindow(a) => a.per_window().limit(),
+            Limiter::SlidingWindow(a) => a.per_window().limit(),
             Limiter::TokenBucket(a) => a.limit(),
-            Limiter::SlidingLog(a) => a.limit(),
+            Limiter::SlidingLog(a) => a.per_window().limit(),
         }
     }
 
     /// The window or refill period.
     pub fn period(&self) -> Duration {
         match self {
-            Limiter::FixedWindow(a) => a.window(),
-            Limiter::SlidingWindow(a) => a.window(),
+            Limiter::FixedWindow(a) => a.per_window().window(),
+            Limiter::SlidingWindow(a) => a.per_window().window(),
             Limiter::TokenBucket(a) => a.period(),
-            Limiter::SlidingLog(a) => a.window(),
+            Limiter::SlidingLog(a) => a.per_window().window(),
         }
     }
 

@@ -11,6 +11,8 @@
 //!   [`sliding_log`] (exact, limits up to [`MAX_LOG_LIMIT`]),
 //!   [`window_counter`] (fixed window of any length that counts only what
 //!   it admits, at most 2 × limit across a boundary);
+//! - [`per_window`]: "at most `limit` per `window`", what the window
+//!   algorithms share;
 //! - [`decision`]: what they answer: allow with remaining, or deny with a
 //!   retry time that is always positive.
 
@@ -20,6 +22,7 @@ pub mod decision;
 pub mod fixed_window;
 pub mod gcra;
 pub mod limit;
+pub mod per_window;
 pub mod sliding_log;
 pub mod sliding_window;
 #[cfg(test)]
@@ -32,6 +35,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, InvalidLimit};
 pub use gcra::{Gcra, GcraState};
 pub use limit::{AlgorithmName, Limiter, LimiterState};
+pub use per_window::PerWindow;
 pub use sliding_log::{Hit, SlidingLog, SlidingLogState, MAX_LOG_LIMIT};
 pub use sliding_window::{SlidingWindowCounter, SlidingWindowState};
 pub use unit::Unit;

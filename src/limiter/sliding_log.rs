@@ -31,7 +31,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::decision::{from_nanos, window_nanos, InvalidLimit};
+use super::decision::{from_nanos, InvalidLimit};
+use super::per_window::PerWindow;
 use super::Decision;
 
 /// The largest limit a sliding log accepts. The log keeps one entry per
@@ -45,10 +46,7 @@ pub const MAX_LOG_LIMIT: u64 = 1_000;
 /// `1 ≤ window ≤ u64::MAX` ns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingLog {
-    /// The most admitted in any window (0: nothing with a cost is admitted).
-    limit: u64,
-    /// The window, in nanoseconds (`1 ..= u64::MAX`).
-    window_ns: u64,
+    per: PerWindow,
 }
 
 /// One admitted request: when, and its cost (its multiplicity).
@@ -85,19 +83,13 @@ impl SlidingLog {
             });
         }
         Ok(SlidingLog {
-            limit,
-            window_ns: window_nanos(window)?,
+            per: PerWindow::new(limit, window)?,
         })
     }
 
-    /// The most admitted in any window.
-    pub fn limit(&self) -> u64 {
-        self.limit
-    }
-
-    /// The window.
-    pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.window_ns)
+    /// The limit and its window.
+    pub fn per_window(&self) -> PerWindow {
+        self.per
     }
 
     /// Decides a request of `cost` at `now`; `state` is `None` for an absent
@@ -113,7 +105,7 @@ impl SlidingLog {
         cost: u64,
         now: Duration,
     ) -> (Decision, SlidingLogState) {
-        let w = u128::from(self.window_ns);
+        let w = u128::from(self.per.window_ns);
         let now_ns = now.as_nanos();
         let mut state = state.unwrap_or_default();
         if !is_sorted(&state.hits) {
@@ -132,10 +124,10 @@ impl SlidingLog {
         }
         state.latest = at;
         let used: u128 = state.hits.iter().map(|hit| u128::from(hit.cost)).sum();
-        let limit = u128::from(self.limit);
-        if cost > self.limit {
+        let limit = u128::from(self.per.limit);
+        if cost > self.per.limit {
             let decision = Decision::ExceedsCapacity {
-                capacity: self.limit,
+                capacity: self.per.limit,
                 reset_after: self.reset_after(&state, now_ns),
             };
             return (decision, state);
@@ -183,7 +175,7 @@ impl SlidingLog {
     }
 
     fn reset_after(&self, state: &SlidingLogState, now_ns: u128) -> Duration {
-        let w = u128::from(self.window_ns);
+        let w = u128::from(self.per.window_ns);
         let drained = state
             .hits
             .iter()
@@ -239,7 +231,7 @@ mod tests {
             }
             Decision::Allow { remaining, .. } => {
                 prop_assert!(l.decide(Some(after.clone()), remaining, now).0.is_allowed());
-                if remaining < l.limit {
+                if remaining < l.per.limit {
                     prop_assert!(!l
                         .decide(Some(after.clone()), remaining + 1, now)
                         .0
@@ -248,11 +240,11 @@ mod tests {
             }
             Decision::ExceedsCapacity { capacity, .. } => {
                 prop_assert!(cost > capacity);
-                prop_assert_eq!(capacity, l.limit);
+                prop_assert_eq!(capacity, l.per.limit);
             }
         }
         prop_assert_eq!(d.reset_after(), l.expires_after(after, now));
-        prop_assert!(after.hits.iter().map(|h| h.cost).sum::<u64>() <= l.limit);
+        prop_assert!(after.hits.iter().map(|h| h.cost).sum::<u64>() <= l.per.limit);
         prop_assert!(is_sorted(&after.hits));
         Ok(())
     }
@@ -264,7 +256,7 @@ mod tests {
         l: &SlidingLog,
         steps: &[(Duration, u64)],
     ) -> Result<Vec<(u128, u64)>, TestCaseError> {
-        let w = u128::from(l.window_ns);
+        let w = u128::from(l.per.window_ns);
         let mut state = None;
         let mut admitted: Vec<(u128, u64)> = Vec::new();
         let mut latest = 0u128;
@@ -275,7 +267,7 @@ mod tests {
                 .filter(|&&(t, _)| t + w > latest)
                 .map(|&(_, c)| u128::from(c))
                 .sum();
-            let naive = cost == 0 || in_window + u128::from(cost) <= u128::from(l.limit);
+            let naive = cost == 0 || in_window + u128::from(cost) <= u128::from(l.per.limit);
             let (d, s) = l.decide(state.clone(), cost, now);
             check_answers(l, now, cost, &state, d, &s)?;
             prop_assert_eq!(d.is_allowed(), naive, "at {:?}, cost {}", now, cost);
@@ -290,7 +282,7 @@ mod tests {
     /// In every interval of one window length ending at an admission:
     /// admitted ≤ limit.
     fn check_bound(l: &SlidingLog, admitted: &[(u128, u64)]) -> Result<(), TestCaseError> {
-        let w = u128::from(l.window_ns);
+        let w = u128::from(l.per.window_ns);
         for &(t, _) in admitted {
             let total: u128 = admitted
                 .iter()
@@ -298,7 +290,7 @@ mod tests {
                 .map(|&(_, c)| u128::from(c))
                 .sum();
             prop_assert!(
-                total <= u128::from(l.limit),
+                total <= u128::from(l.per.limit),
                 "{total} in ({}, {t}]",
                 t + 1 - w
             );
@@ -366,7 +358,10 @@ mod tests {
         );
         assert!(SlidingLog::new(1, Duration::MAX).is_err());
         let l = log(7, Duration::from_secs(2));
-        assert_eq!((l.limit(), l.window()), (7, Duration::from_secs(2)));
+        assert_eq!(
+            (l.per_window().limit(), l.per_window().window()),
+            (7, Duration::from_secs(2))
+        );
     }
 
     #[test]
@@ -484,7 +479,7 @@ mod tests {
         /// the limit in a window, exact retries and remaining.
         #[test]
         fn exact_and_never_above_the_limit(
-            (l, steps) in params().prop_flat_map(|l| (Just(l), steps(l.window_ns, l.limit, false)))
+            (l, steps) in params().prop_flat_map(|l| (Just(l), steps(l.per.window_ns, l.per.limit, false)))
         ) {
             check_bound(&l, &simulate(&l, &steps)?)?;
         }
@@ -493,7 +488,7 @@ mod tests {
         /// within the limit over those effective times.
         #[test]
         fn backwards_time_keeps_the_bound(
-            (l, steps) in params().prop_flat_map(|l| (Just(l), steps(l.window_ns, l.limit, true)))
+            (l, steps) in params().prop_flat_map(|l| (Just(l), steps(l.per.window_ns, l.per.limit, true)))
         ) {
             check_bound(&l, &simulate(&l, &steps)?)?;
         }
@@ -501,7 +496,7 @@ mod tests {
         /// After the TTL an absent key decides exactly as the stored state.
         #[test]
         fn expired_state_equals_absent(
-            (l, steps) in params().prop_flat_map(|l| (Just(l), steps(l.window_ns, l.limit, true))),
+            (l, steps) in params().prop_flat_map(|l| (Just(l), steps(l.per.window_ns, l.per.limit, true))),
             later in 0u64..30_000,
             cost in 0u64..=20,
         ) {

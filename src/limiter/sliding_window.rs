@@ -65,7 +65,8 @@
 
 use std::time::Duration;
 
-use super::decision::{from_nanos, window_nanos, InvalidLimit};
+use super::decision::{from_nanos, InvalidLimit};
+use super::per_window::PerWindow;
 use super::Decision;
 
 /// A sliding window counter: at most `limit` per `window`, estimated.
@@ -74,10 +75,7 @@ use super::Decision;
 /// `1 ≤ window ≤ u64::MAX` ns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingWindowCounter {
-    /// The most admitted per window (0: nothing with a cost is admitted).
-    limit: u64,
-    /// The window, in nanoseconds (`1 ..= u64::MAX`).
-    window_ns: u64,
+    per: PerWindow,
 }
 
 /// The state of one key. `decide` accepts any values (a state written under
@@ -121,19 +119,13 @@ impl SlidingWindowCounter {
     /// At most `limit` per `window` (estimated as the module explains).
     pub fn new(limit: u64, window: Duration) -> Result<SlidingWindowCounter, InvalidLimit> {
         Ok(SlidingWindowCounter {
-            limit,
-            window_ns: window_nanos(window)?,
+            per: PerWindow::new(limit, window)?,
         })
     }
 
-    /// The most admitted per window.
-    pub fn limit(&self) -> u64 {
-        self.limit
-    }
-
-    /// The window.
-    pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.window_ns)
+    /// The limit and its window.
+    pub fn per_window(&self) -> PerWindow {
+        self.per
     }
 
     /// Decides a request of `cost` at `now`; `state` is `None` for an absent
@@ -150,9 +142,9 @@ impl SlidingWindowCounter {
     ) -> (Decision, SlidingWindowState) {
         let now_ns = now.as_nanos();
         let mut view = self.view(state, now_ns);
-        if cost > self.limit {
+        if cost > self.per.limit {
             let decision = Decision::ExceedsCapacity {
-                capacity: self.limit,
+                capacity: self.per.limit,
                 reset_after: self.reset_after(&view, now_ns),
             };
             return (decision, view.state());
@@ -185,7 +177,7 @@ impl SlidingWindowCounter {
     /// current window if only `previous > 0`, else `window_start`: at most
     /// two windows. Stores round it up to their TTL granularity.
     pub fn expires_after(&self, state: &SlidingWindowState, now: Duration) -> Duration {
-        let w = u128::from(self.window_ns);
+        let w = u128::from(self.per.window_ns);
         let view = View {
             start: state.window_start.as_nanos() / w * w,
             elapsed: 0,
@@ -196,7 +188,7 @@ impl SlidingWindowCounter {
     }
 
     fn view(&self, state: Option<SlidingWindowState>, now_ns: u128) -> View {
-        let w = u128::from(self.window_ns);
+        let w = u128::from(self.per.window_ns);
         let at_now = |previous, current| View {
             start: now_ns / w * w,
             elapsed: now_ns % w,
@@ -228,8 +220,9 @@ impl SlidingWindowCounter {
     /// `previous × (window − elapsed) ≤ (limit − current − cost) × window`:
     /// both sides are products of two values below 2⁶⁴, so fit `u128`.
     fn fits(&self, view: &View, cost: u64) -> bool {
-        let w = u128::from(self.window_ns);
+        let w = u128::from(self.per.window_ns);
         match self
+            .per
             .limit
             .checked_sub(view.current)
             .and_then(|slack| slack.checked_sub(cost))
@@ -242,16 +235,16 @@ impl SlidingWindowCounter {
     /// The largest `k` that fits right now:
     /// `limit − current − ⌈previous × (window − elapsed) / window⌉`, or 0.
     fn remaining(&self, view: &View) -> u64 {
-        let w = u128::from(self.window_ns);
+        let w = u128::from(self.per.window_ns);
         let weighted = (u128::from(view.previous) * (w - view.elapsed)).div_ceil(w);
-        let slack = u128::from(self.limit.saturating_sub(view.current));
+        let slack = u128::from(self.per.limit.saturating_sub(view.current));
         // ≤ slack ≤ u64::MAX.
         u64::try_from(slack.saturating_sub(weighted)).unwrap_or(0)
     }
 
     /// When, with no more traffic, the key is as good as absent.
     fn end(&self, view: &View) -> u128 {
-        let w = u128::from(self.window_ns);
+        let w = u128::from(self.per.window_ns);
         if view.current > 0 {
             view.start + 2 * w
         } else if view.previous > 0 {
@@ -276,8 +269,9 @@ impl SlidingWindowCounter {
     /// at `elapsed` means `window − elapsed > slack × window / previous ≥
     /// free`; the other candidates are at or after the next window's start.
     fn earliest(&self, view: &View, cost: u64) -> u128 {
-        let w = u128::from(self.window_ns);
+        let w = u128::from(self.per.window_ns);
         if let Some(slack) = self
+            .per
             .limit
             .checked_sub(view.current)
             .and_then(|slack| slack.checked_sub(cost))
@@ -296,7 +290,7 @@ impl SlidingWindowCounter {
             return next;
         }
         // In the next window previous = current, current = 0.
-        let free = (u128::from(self.limit - cost) * w / u128::from(view.current)).min(w);
+        let free = (u128::from(self.per.limit - cost) * w / u128::from(view.current)).min(w);
         next + w - free
     }
 }
@@ -345,17 +339,17 @@ mod tests {
             }
             Decision::Allow { remaining, .. } => {
                 prop_assert!(c.decide(Some(after), remaining, now).0.is_allowed());
-                if remaining < c.limit {
+                if remaining < c.per.limit {
                     prop_assert!(!c.decide(Some(after), remaining + 1, now).0.is_allowed());
                 }
             }
             Decision::ExceedsCapacity { capacity, .. } => {
                 prop_assert!(cost > capacity);
-                prop_assert_eq!(capacity, c.limit);
+                prop_assert_eq!(capacity, c.per.limit);
             }
         }
         prop_assert_eq!(d.reset_after(), c.expires_after(&after, now));
-        prop_assert!(after.current <= c.limit && after.previous <= c.limit);
+        prop_assert!(after.current <= c.per.limit && after.previous <= c.per.limit);
         if let Some(before) = before {
             prop_assert!(after.window_start >= before.window_start);
         }
@@ -389,8 +383,8 @@ mod tests {
     /// For every interval of one window length ending at an admission `t`:
     /// admitted ≤ limit + ⌊previous × elapsed / window⌋ ≤ 2 × limit − 1.
     fn check_bound(c: &SlidingWindowCounter, admitted: &[Admitted]) -> Result<(), TestCaseError> {
-        let w = u128::from(c.window_ns);
-        let limit = u128::from(c.limit);
+        let w = u128::from(c.per.window_ns);
+        let limit = u128::from(c.per.limit);
         for end in admitted {
             let t = end.at;
             let total: u128 = admitted
@@ -527,7 +521,10 @@ mod tests {
             closed.decide(None, 0, Duration::from_secs(1)).0.remaining(),
             0
         );
-        assert_eq!((c.limit(), c.window()), (3, Duration::from_secs(1)));
+        assert_eq!(
+            (c.per_window().limit(), c.per_window().window()),
+            (3, Duration::from_secs(1))
+        );
     }
 
     #[test]
@@ -600,7 +597,7 @@ mod tests {
         /// Monotone time: the stated bound, exact retries, exact remaining.
         #[test]
         fn never_exceeds_the_stated_bound(
-            (c, steps) in params().prop_flat_map(|c| (Just(c), steps(c.window_ns, c.limit, false)))
+            (c, steps) in params().prop_flat_map(|c| (Just(c), steps(c.per.window_ns, c.per.limit, false)))
         ) {
             check_bound(&c, &simulate(&c, &steps)?)?;
         }
@@ -609,7 +606,7 @@ mod tests {
         /// effective times.
         #[test]
         fn backwards_time_keeps_the_bound(
-            (c, steps) in params().prop_flat_map(|c| (Just(c), steps(c.window_ns, c.limit, true)))
+            (c, steps) in params().prop_flat_map(|c| (Just(c), steps(c.per.window_ns, c.per.limit, true)))
         ) {
             check_bound(&c, &simulate(&c, &steps)?)?;
         }
@@ -617,7 +614,7 @@ mod tests {
         /// After the TTL an absent key decides exactly as the stored state.
         #[test]
         fn expired_state_equals_absent(
-            (c, steps) in params().prop_flat_map(|c| (Just(c), steps(c.window_ns, c.limit, true))),
+            (c, steps) in params().prop_flat_map(|c| (Just(c), steps(c.per.window_ns, c.per.limit, true))),
             later in 0u64..30_000,
             cost in 0u64..=20,
         ) {

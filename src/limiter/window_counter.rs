@@ -17,15 +17,14 @@
 
 use std::time::Duration;
 
-use super::decision::{from_nanos, window_nanos, InvalidLimit};
+use super::decision::{from_nanos, InvalidLimit};
+use super::per_window::PerWindow;
 use super::Decision;
 
 /// A fixed window: at most `limit` per epoch-aligned `window`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FixedWindowCounter {
-    limit: u64,
-    /// `1 ..= u64::MAX`.
-    window_ns: u64,
+    per: PerWindow,
 }
 
 /// The state of one key: which window it counts and how much it admitted.
@@ -41,19 +40,13 @@ impl FixedWindowCounter {
     /// At most `limit` per aligned `window`.
     pub fn new(limit: u64, window: Duration) -> Result<FixedWindowCounter, InvalidLimit> {
         Ok(FixedWindowCounter {
-            limit,
-            window_ns: window_nanos(window)?,
+            per: PerWindow::new(limit, window)?,
         })
     }
 
-    /// The most admitted per window.
-    pub fn limit(&self) -> u64 {
-        self.limit
-    }
-
-    /// The window.
-    pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.window_ns)
+    /// The limit and its window.
+    pub fn per_window(&self) -> PerWindow {
+        self.per
     }
 
     /// Decides `cost` at `now`. A state of an older window than `now`'s
@@ -66,7 +59,7 @@ impl FixedWindowCounter {
         cost: u64,
         now: Duration,
     ) -> (Decision, WindowCount) {
-        let w = u128::from(self.window_ns);
+        let w = u128::from(self.per.window_ns);
         let now_ns = now.as_nanos();
         let now_start = now_ns / w * w;
         // A state of a later window (the clock went back) keeps counting
@@ -90,18 +83,18 @@ impl FixedWindowCounter {
                 until_end
             }
         };
-        if cost > self.limit {
+        if cost > self.per.limit {
             let decision = Decision::ExceedsCapacity {
-                capacity: self.limit,
+                capacity: self.per.limit,
                 reset_after: reset(count),
             };
             return (decision, state(count));
         }
         // cost ≤ limit, so the subtraction cannot wrap when it is reached.
-        if count <= self.limit - cost {
+        if count <= self.per.limit - cost {
             let count = count + cost;
             let decision = Decision::Allow {
-                remaining: self.limit - count,
+                remaining: self.per.limit - count,
                 reset_after: reset(count),
             };
             (decision, state(count))
@@ -120,7 +113,7 @@ impl FixedWindowCounter {
         if state.count == 0 {
             return Duration::ZERO;
         }
-        let end = state.window_start.as_nanos() + u128::from(self.window_ns);
+        let end = state.window_start.as_nanos() + u128::from(self.per.window_ns);
         from_nanos(end.saturating_sub(now.as_nanos()))
     }
 }
