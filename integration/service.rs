@@ -1031,3 +1031,56 @@ async fn algorithms_count_the_rule_statistics_and_headers() {
     assert_eq!(stat("within_limit"), 10);
     assert_eq!(stat("near_limit"), 2);
 }
+
+/// `ratelimit-bench` (its own h2 gRPC client) against the real service:
+/// admitted, refused and failed calls are each counted where they belong.
+#[test]
+fn load_tool_counts_ok_over_limit_and_errors() {
+    let rules = "
+domain: bench
+descriptors:
+  - key: key
+    rate_limit: {unit: day, requests_per_unit: 5}
+";
+    let svc = Service::start(&[("bench.yaml", rules)], &[]);
+    let bench = |domain: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit-bench"))
+            .args(["run", "--target", &svc.grpc.to_string(), "--domain", domain])
+            .args([
+                "--duration",
+                "300ms",
+                "--warmup",
+                "0s",
+                "--concurrency",
+                "4",
+            ])
+            .output()
+            .expect("run ratelimit-bench");
+        assert!(out.status.success(), "{out:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let json = stdout
+            .lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .expect("json");
+        let json: serde_json::Value = serde_json::from_str(json).expect("valid json");
+        (json, stdout)
+    };
+    let (json, _) = bench("bench");
+    let requests = json["requests"].as_u64().expect("requests");
+    assert!(requests > 5, "{json}");
+    // The window is a day: only a midnight crossing could admit more.
+    let ok = json["ok"].as_u64().expect("ok");
+    assert!((5..=10).contains(&ok), "{json}");
+    assert_eq!(json["over_limit"].as_u64(), Some(requests - ok), "{json}");
+    assert_eq!(json["errors"], 0, "{json}");
+
+    let (json, stdout) = bench("");
+    assert_eq!(json["ok"], 0, "{json}");
+    assert!(json["errors"].as_u64() > Some(0), "{json}");
+    assert_eq!(json["errors"], json["requests"], "{json}");
+    assert!(
+        stdout.contains("Unknown: rate limit domain must not be empty"),
+        "{stdout}"
+    );
+}
