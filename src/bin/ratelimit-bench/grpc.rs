@@ -141,41 +141,22 @@ fn unframe(mut body: Bytes) -> Result<RateLimitResponse, CallError> {
     RateLimitResponse::decode(body).map_err(|e| CallError::Protocol(e.to_string()))
 }
 
-/// The error a non-zero `grpc-status` in `headers` stands for.
+/// The error a non-zero `grpc-status` in `headers` stands for; its
+/// `grpc-message` is percent-encoded (gRPC over HTTP/2, "Responses").
 fn status_error(headers: &http::HeaderMap) -> Option<CallError> {
-    let code = headers.get("grpc-status")?;
-    let code = code.to_str().ok()?.parse::<i32>().ok()?;
-    if code == 0 {
+    let code = tonic::Code::from_bytes(headers.get("grpc-status")?.as_bytes());
+    if code == tonic::Code::Ok {
         return None;
     }
     let message = headers
         .get("grpc-message")
-        .map(|m| percent_decode(m.as_bytes()))
+        .map(|m| {
+            percent_encoding::percent_decode(m.as_bytes())
+                .decode_utf8_lossy()
+                .into_owned()
+        })
         .unwrap_or_default();
-    Some(CallError::Status {
-        code: tonic::Code::from_i32(code),
-        message,
-    })
-}
-
-/// `grpc-message` is percent-encoded (gRPC over HTTP/2, "Responses").
-fn percent_decode(raw: &[u8]) -> String {
-    let mut out = Vec::with_capacity(raw.len());
-    let mut i = 0;
-    while i < raw.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (raw[i], raw.get(i + 1), raw.get(i + 2)) {
-            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
-                out.push((hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0)) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    Some(CallError::Status { code, message })
 }
 
 #[cfg(test)]
