@@ -84,30 +84,16 @@ impl GrpcConnection {
         if head.status != http::StatusCode::OK {
             return Err(CallError::Protocol(format!("HTTP status {}", head.status)));
         }
-        // A trailers-only answer carries grpc-status in the headers.
-        if let Some(err) = status_error(&head.headers) {
-            return Err(err);
-        }
         let mut message = BytesMut::new();
         while let Some(chunk) = body.data().await {
             let chunk = chunk?;
             let _ = body.flow_control().release_capacity(chunk.len());
             message.extend_from_slice(&chunk);
         }
-        match body.trailers().await? {
-            Some(trailers) => {
-                if let Some(err) = status_error(&trailers) {
-                    return Err(err);
-                }
-                if trailers.get("grpc-status").is_none() {
-                    return Err(CallError::Protocol("no grpc-status".into()));
-                }
-            }
-            None if head.headers.get("grpc-status").is_none() => {
-                return Err(CallError::Protocol("no grpc-status".into()))
-            }
-            None => {}
-        }
+        // The status is in the trailers, or in the headers of a
+        // trailers-only answer.
+        let trailers = body.trailers().await?;
+        check_status(trailers.as_ref().unwrap_or(&head.headers))?;
         unframe(message.freeze())
     }
 }
@@ -141,12 +127,16 @@ fn unframe(mut body: Bytes) -> Result<RateLimitResponse, CallError> {
     RateLimitResponse::decode(body).map_err(|e| CallError::Protocol(e.to_string()))
 }
 
-/// The error a non-zero `grpc-status` in `headers` stands for; its
-/// `grpc-message` is percent-encoded (gRPC over HTTP/2, "Responses").
-fn status_error(headers: &http::HeaderMap) -> Option<CallError> {
-    let code = tonic::Code::from_bytes(headers.get("grpc-status")?.as_bytes());
+/// The `grpc-status` in `headers` as a result: an error when it is not OK
+/// or missing. `grpc-message` is percent-encoded (gRPC over HTTP/2,
+/// "Responses").
+fn check_status(headers: &http::HeaderMap) -> Result<(), CallError> {
+    let Some(code) = headers.get("grpc-status") else {
+        return Err(CallError::Protocol("no grpc-status".into()));
+    };
+    let code = tonic::Code::from_bytes(code.as_bytes());
     if code == tonic::Code::Ok {
-        return None;
+        return Ok(());
     }
     let message = headers
         .get("grpc-message")
@@ -156,7 +146,7 @@ fn status_error(headers: &http::HeaderMap) -> Option<CallError> {
                 .into_owned()
         })
         .unwrap_or_default();
-    Some(CallError::Status { code, message })
+    Err(CallError::Status { code, message })
 }
 
 #[cfg(test)]
@@ -197,14 +187,25 @@ mod tests {
     #[test]
     fn status_from_headers() {
         let mut h = http::HeaderMap::new();
-        assert!(status_error(&h).is_none());
+        assert_eq!(
+            check_status(&h).unwrap_err().to_string(),
+            "Internal: no grpc-status"
+        );
         h.insert("grpc-status", "0".parse().unwrap());
-        assert!(status_error(&h).is_none());
+        assert!(check_status(&h).is_ok());
         h.insert("grpc-status", "3".parse().unwrap());
         h.insert("grpc-message", "bad%20domain%3A %zz".parse().unwrap());
         assert_eq!(
-            status_error(&h).unwrap().to_string(),
+            check_status(&h).unwrap_err().to_string(),
             "InvalidArgument: bad domain: %zz"
         );
+        h.insert("grpc-status", "x".parse().unwrap());
+        assert!(matches!(
+            check_status(&h),
+            Err(CallError::Status {
+                code: tonic::Code::Unknown,
+                ..
+            })
+        ));
     }
 }
