@@ -121,24 +121,10 @@ impl MemoryStore {
     /// Removes every counter whose window has ended and shrinks tables that
     /// became mostly empty. Returns how many counters were removed.
     pub fn sweep(&self) -> usize {
-        let now = self.clock.now_secs();
-        let mut removed = 0;
-        for shard in self.shards.iter() {
-            let mut map = shard.lock();
-            let before = map.len();
-            map.retain(|_, c| c.expires_at > now);
-            removed += before - map.len();
-            shrink(&mut map);
-        }
+        let now_secs = self.clock.now_secs();
         let now = self.clock.now();
-        for shard in self.states.iter() {
-            let mut map = shard.lock();
-            let before = map.len();
-            map.retain(|_, slot| slot.expires_at > now);
-            removed += before - map.len();
-            shrink(&mut map);
-        }
-        removed
+        sweep_shards(&self.shards, |c| c.expires_at > now_secs)
+            + sweep_shards(&self.states, |slot| slot.expires_at > now)
     }
 
     /// Runs [`MemoryStore::sweep`] every `interval` until the returned guard
@@ -178,6 +164,23 @@ impl MemoryStore {
 }
 
 /// Gives table memory back once a table is mostly empty.
+/// Keeps the entries of every shard that `live` accepts, shrinking tables
+/// that became mostly empty; returns how many were removed.
+fn sweep_shards<V>(
+    shards: &[Mutex<HashMap<u128, V, BuildHasherDefault<PassThrough>>>],
+    live: impl Fn(&V) -> bool,
+) -> usize {
+    let mut removed = 0;
+    for shard in shards {
+        let mut map = shard.lock();
+        let before = map.len();
+        map.retain(|_, v| live(v));
+        removed += before - map.len();
+        shrink(&mut map);
+    }
+    removed
+}
+
 fn shrink<V>(map: &mut HashMap<u128, V, BuildHasherDefault<PassThrough>>) {
     if map.capacity() > 64 && map.len() < map.capacity() / 4 {
         map.shrink_to_fit();
