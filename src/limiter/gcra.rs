@@ -59,7 +59,8 @@
 
 use std::time::Duration;
 
-use super::decision::{from_nanos, window_nanos, InvalidLimit, MAX_WINDOW};
+use super::decision::{from_nanos, InvalidLimit, MAX_WINDOW};
+use super::per_window::PerWindow;
 use super::Decision;
 
 /// A GCRA limit: `limit` per `period`, with bursts up to `burst`.
@@ -69,10 +70,8 @@ use super::Decision;
 /// ever admitted); `burst × period / limit ≤ u64::MAX` ns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gcra {
-    /// Tokens per `period`.
-    limit: u64,
-    /// The period, in nanoseconds (`1 ..= u64::MAX`).
-    period_ns: u64,
+    /// Tokens per period (`window` here is the period).
+    rate: PerWindow,
     /// The bucket's capacity: the most that can be admitted at one instant.
     burst: u64,
 }
@@ -94,13 +93,14 @@ impl Gcra {
 
     /// `limit` per `period`, with bursts up to `burst`.
     pub fn with_burst(limit: u64, period: Duration, burst: u64) -> Result<Gcra, InvalidLimit> {
-        let period_ns = window_nanos(period)?;
+        let rate = PerWindow::new(limit, period)?;
         if limit == 0 {
             if burst > 0 {
                 return Err(InvalidLimit::BurstWithoutRate { burst });
             }
         } else {
-            let refill = (u128::from(burst) * u128::from(period_ns)).div_ceil(u128::from(limit));
+            let refill =
+                (u128::from(burst) * u128::from(rate.window_ns)).div_ceil(u128::from(limit));
             if refill > u128::from(u64::MAX) {
                 return Err(InvalidLimit::RefillTooLong {
                     burst,
@@ -110,21 +110,12 @@ impl Gcra {
                 });
             }
         }
-        Ok(Gcra {
-            limit,
-            period_ns,
-            burst,
-        })
+        Ok(Gcra { rate, burst })
     }
 
-    /// Tokens per period.
-    pub fn limit(&self) -> u64 {
-        self.limit
-    }
-
-    /// The period.
-    pub fn period(&self) -> Duration {
-        Duration::from_nanos(self.period_ns)
+    /// Tokens per period: the refill rate.
+    pub fn rate(&self) -> PerWindow {
+        self.rate
     }
 
     /// The bucket's capacity.
@@ -208,31 +199,31 @@ impl Gcra {
     /// `⌊units × T⌋` in nanoseconds. With `limit = 0` the burst is 0, so
     /// `units` is 0 here.
     fn span_floor(&self, units: u64) -> u128 {
-        if self.limit == 0 {
+        if self.rate.limit == 0 {
             return 0;
         }
         // < 2¹²⁸: both factors are below 2⁶⁴.
-        u128::from(units) * u128::from(self.period_ns) / u128::from(self.limit)
+        u128::from(units) * u128::from(self.rate.window_ns) / u128::from(self.rate.limit)
     }
 
     /// `⌈units × T⌉` in nanoseconds (see [`Gcra::span_floor`]).
     fn span_ceil(&self, units: u64) -> u128 {
-        if self.limit == 0 {
+        if self.rate.limit == 0 {
             return 0;
         }
-        (u128::from(units) * u128::from(self.period_ns)).div_ceil(u128::from(self.limit))
+        (u128::from(units) * u128::from(self.rate.window_ns)).div_ceil(u128::from(self.rate.limit))
     }
 
     /// The largest `k` with `debt ≤ ⌊(burst − k) × T⌋`: `burst − ⌈debt / T⌉`,
     /// or 0.
     fn free(&self, debt: u128) -> u64 {
-        if self.limit == 0 {
+        if self.rate.limit == 0 {
             return 0;
         }
         // If debt × limit overflows, debt is far above burst × T (< 2¹²⁸).
-        match debt.checked_mul(u128::from(self.limit)) {
+        match debt.checked_mul(u128::from(self.rate.limit)) {
             Some(scaled) => {
-                let owed = scaled.div_ceil(u128::from(self.period_ns));
+                let owed = scaled.div_ceil(u128::from(self.rate.window_ns));
                 u64::try_from(u128::from(self.burst).saturating_sub(owed)).unwrap_or(0)
             }
             None => 0,
@@ -278,7 +269,7 @@ mod tests {
             let mut total: u128 = 0;
             for &(b, cost) in &sorted[i..] {
                 total += u128::from(cost);
-                let allowance = (b - a) * u128::from(g.limit) / u128::from(g.period_ns);
+                let allowance = (b - a) * u128::from(g.rate.limit) / u128::from(g.rate.window_ns);
                 prop_assert!(
                     total <= u128::from(g.burst) + allowance,
                     "{total} admitted in [{a}, {b}] with {g:?}"
@@ -378,7 +369,7 @@ mod tests {
     fn default_burst_is_the_limit() {
         let g = Gcra::new(3, Duration::from_secs(60)).expect("valid");
         assert_eq!(
-            (g.limit(), g.burst(), g.period()),
+            (g.rate().limit(), g.burst(), g.rate().window()),
             (3, 3, Duration::from_secs(60))
         );
         let (d, _) = g.decide(None, 3, Duration::ZERO);
@@ -566,7 +557,7 @@ mod tests {
         /// Monotone time: the interval bound, exact retries, exact remaining.
         #[test]
         fn never_exceeds_burst_plus_rate(
-            (g, steps) in params().prop_flat_map(|g| (Just(g), steps(g.period_ns, g.burst, false)))
+            (g, steps) in params().prop_flat_map(|g| (Just(g), steps(g.rate.window_ns, g.burst, false)))
         ) {
             check_bound(&g, &simulate(&g, &steps)?)?;
         }
@@ -575,7 +566,7 @@ mod tests {
         /// the given times, and retries stay exact.
         #[test]
         fn backwards_time_keeps_the_bound(
-            (g, steps) in params().prop_flat_map(|g| (Just(g), steps(g.period_ns, g.burst, true)))
+            (g, steps) in params().prop_flat_map(|g| (Just(g), steps(g.rate.window_ns, g.burst, true)))
         ) {
             check_bound(&g, &simulate(&g, &steps)?)?;
         }
@@ -619,7 +610,7 @@ mod tests {
         /// After the TTL an absent key decides exactly as the stored state.
         #[test]
         fn expired_state_equals_absent(
-            (g, steps) in params().prop_flat_map(|g| (Just(g), steps(g.period_ns, g.burst, true))),
+            (g, steps) in params().prop_flat_map(|g| (Just(g), steps(g.rate.window_ns, g.burst, true))),
             later in 0u64..1_000,
             cost in 0u64..=20,
         ) {

@@ -11,7 +11,7 @@ use super::gcra::{Gcra, GcraState};
 use super::sliding_log::{SlidingLog, SlidingLogState};
 use super::sliding_window::{SlidingWindowCounter, SlidingWindowState};
 use super::window_counter::{FixedWindowCounter, WindowCount};
-use super::{Decision, InvalidLimit};
+use super::{Decision, InvalidLimit, PerWindow};
 
 /// The `algorithm:` of a rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -137,24 +137,24 @@ impl Limiter {
         }
     }
 
+    /// Its limit per window (for the token bucket: the refill rate).
+    pub fn rate(&self) -> PerWindow {
+        match self {
+            Limiter::FixedWindow(a) => a.rate(),
+            Limiter::SlidingWindow(a) => a.rate(),
+            Limiter::TokenBucket(a) => a.rate(),
+            Limiter::SlidingLog(a) => a.rate(),
+        }
+    }
+
     /// Requests per period.
     pub fn limit(&self) -> u64 {
-        match self {
-            Limiter::FixedWindow(a) => a.per_window().limit(),
-            Limiter::SlidingWindow(a) => a.per_window().limit(),
-            Limiter::TokenBucket(a) => a.limit(),
-            Limiter::SlidingLog(a) => a.per_window().limit(),
-        }
+        self.rate().limit()
     }
 
     /// The window or refill period.
     pub fn period(&self) -> Duration {
-        match self {
-            Limiter::FixedWindow(a) => a.per_window().window(),
-            Limiter::SlidingWindow(a) => a.per_window().window(),
-            Limiter::TokenBucket(a) => a.period(),
-            Limiter::SlidingLog(a) => a.per_window().window(),
-        }
+        self.rate().window()
     }
 
     /// The most one instant admits: the bucket's burst, else the limit.

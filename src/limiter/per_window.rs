@@ -1,7 +1,8 @@
-//! "At most `limit` per `window`": the parameters the window algorithms
+//! "At most `limit` per `window`": the rate every algorithm holds
 //! ([`FixedWindowCounter`](super::FixedWindowCounter),
 //! [`SlidingWindowCounter`](super::SlidingWindowCounter),
-//! [`SlidingLog`](super::SlidingLog)) share.
+//! [`SlidingLog`](super::SlidingLog), and [`Gcra`](super::Gcra), which reads
+//! the window as its refill period).
 
 use std::time::Duration;
 

@@ -88,7 +88,7 @@ impl SlidingLog {
     }
 
     /// The limit and its window.
-    pub fn per_window(&self) -> PerWindow {
+    pub fn rate(&self) -> PerWindow {
         self.per
     }
 
@@ -359,7 +359,7 @@ mod tests {
         assert!(SlidingLog::new(1, Duration::MAX).is_err());
         let l = log(7, Duration::from_secs(2));
         assert_eq!(
-            (l.per_window().limit(), l.per_window().window()),
+            (l.rate().limit(), l.rate().window()),
             (7, Duration::from_secs(2))
         );
     }

@@ -124,7 +124,7 @@ impl SlidingWindowCounter {
     }
 
     /// The limit and its window.
-    pub fn per_window(&self) -> PerWindow {
+    pub fn rate(&self) -> PerWindow {
         self.per
     }
 
@@ -522,7 +522,7 @@ mod tests {
             0
         );
         assert_eq!(
-            (c.per_window().limit(), c.per_window().window()),
+            (c.rate().limit(), c.rate().window()),
             (3, Duration::from_secs(1))
         );
     }

@@ -45,7 +45,7 @@ impl FixedWindowCounter {
     }
 
     /// The limit and its window.
-    pub fn per_window(&self) -> PerWindow {
+    pub fn rate(&self) -> PerWindow {
         self.per
     }
 
