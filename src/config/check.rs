@@ -32,6 +32,8 @@ pub const VALID_KEYS: &[&str] = &[
     "burst",
     "unit_multiplier",
     "rate_limits",
+    "failure_mode",
+    "fallback_requests_per_unit",
 ];
 
 /// A failed check: the message and the 1-based line of the offending node.

@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use super::failure::FailurePolicy;
 use super::tree::DescriptorTree;
 
 /// One line per rule:
@@ -31,8 +32,22 @@ pub fn dump(tree: &DescriptorTree) -> String {
             if let crate::limiter::Limiter::TokenBucket(b) = &l.limiter {
                 let _ = write!(out, " burst {}", b.burst());
             }
+            write_failure(&mut out, &l.failure);
+        }
+        if rule.limits.is_empty() {
+            write_failure(&mut out, &rule.failure);
         }
         out.push('\n');
     }
     out
+}
+
+/// ` failure_mode <mode>[ fallback <n>]`, only when the rule sets one.
+fn write_failure(out: &mut String, policy: &FailurePolicy) {
+    if let Some(mode) = policy.mode {
+        let _ = write!(out, ", failure_mode: {mode}");
+        if let Some(n) = policy.fallback_requests_per_unit {
+            let _ = write!(out, " fallback {n}");
+        }
+    }
 }

@@ -110,6 +110,20 @@ pub enum ConfigErrorKind {
     /// The limit cannot be built (an extension key made it so).
     #[error("invalid rate limit: {0}")]
     InvalidLimit(#[from] crate::limiter::InvalidLimit),
+    /// A `failure_mode:` that is not one of ours (an extension key).
+    #[error("invalid failure_mode '{0}' (expected one of error, open, closed)")]
+    InvalidFailureMode(String),
+    /// `fallback_requests_per_unit` without `failure_mode: open`.
+    #[error("fallback_requests_per_unit needs failure_mode: open")]
+    FallbackWithoutOpen,
+    /// `fallback_requests_per_unit` outside `1..=requests_per_unit`.
+    #[error("fallback_requests_per_unit must be between 1 and requests_per_unit ({limit}), got {fallback}")]
+    FallbackOutOfRange {
+        /// The floor asked for.
+        fallback: u32,
+        /// The block's `requests_per_unit`.
+        limit: u32,
+    },
     /// Both `rate_limit` and `rate_limits` on one descriptor.
     #[error("a descriptor cannot have both rate_limit and rate_limits")]
     BothRateLimitForms,

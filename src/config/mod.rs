@@ -14,6 +14,7 @@
 pub mod check;
 pub mod dump;
 pub mod error;
+pub mod failure;
 pub mod glob;
 pub mod loader;
 pub mod metadata;
@@ -25,6 +26,7 @@ pub mod watcher;
 pub(crate) mod yaml;
 
 pub use error::{ConfigError, ConfigErrorKind};
+pub use failure::{FailureMode, FailurePolicy};
 pub use loader::{load, ConfigFile};
 pub use metadata::{Metadata, MetadataValue};
 pub use provider::{load_from_disk, LoadError, ProviderError, ProviderOptions};

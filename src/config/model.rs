@@ -51,6 +51,10 @@ pub(crate) struct RawRateLimit {
     pub(crate) burst: Option<u32>,
     /// Extension: `unit_multiplier:`.
     pub(crate) unit_multiplier: Option<u32>,
+    /// Extension: `failure_mode:` ("" when absent).
+    pub(crate) failure_mode: String,
+    /// Extension: `fallback_requests_per_unit:`.
+    pub(crate) fallback_requests_per_unit: Option<u32>,
 }
 
 /// One `replaces` entry.
@@ -246,6 +250,10 @@ impl Decoder {
                         "algorithm" => rl.algorithm = self.string(value),
                         "burst" => rl.burst = self.optional_uint32(value),
                         "unit_multiplier" => rl.unit_multiplier = self.optional_uint32(value),
+                        "failure_mode" => rl.failure_mode = self.string(value),
+                        "fallback_requests_per_unit" => {
+                            rl.fallback_requests_per_unit = self.optional_uint32(value)
+                        }
                         _ => {}
                     }
                 }

@@ -12,6 +12,7 @@
 //! deliberate: it reproduces the original's results for keys and values that
 //! contain `_` or `*` (§5.3.3), on which existing configs depend.
 
+use super::failure::FailurePolicy;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -80,6 +81,9 @@ pub struct RateLimitRule {
     /// original's fixed window, keys and arithmetic exactly; then the limit
     /// is `requests_per_unit` per `unit`.
     pub limits: Vec<ConfiguredLimit>,
+    /// What the rule does when the store cannot answer (for a rule in the
+    /// original's vocabulary; each extension limit has its own).
+    pub failure: FailurePolicy,
 }
 
 /// One limit of a rule that uses the extension keys.
@@ -98,6 +102,8 @@ pub struct ConfiguredLimit {
     /// `<algorithm tag>:<window seconds>s`: what tells this limit's store
     /// key from the other limits of the same descriptor.
     pub key_suffix: String,
+    /// What this limit does when the store cannot answer.
+    pub failure: FailurePolicy,
 }
 
 impl RateLimitRule {
@@ -131,6 +137,7 @@ impl RateLimitRule {
             metadata: None,
             load_key,
             limits: Vec::new(),
+            failure: FailurePolicy::default(),
         }
     }
 }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use super::error::{ConfigError, ConfigErrorKind};
+use super::failure::{FailureMode, FailurePolicy};
 use super::metadata;
 use super::model::{RawDescriptor, RawFile, RawRateLimit};
 use super::tree::{ConfiguredLimit, DescriptorTree, Node, RateLimitRule};
@@ -65,9 +66,9 @@ fn load_descriptors(
                 d.line,
             ));
         }
-        let unit = match &d.rate_limit {
-            Some(rl) => Some(check_rate_limit(file, rl)?),
-            None => None,
+        let (unit, failure) = match &d.rate_limit {
+            Some(rl) => (Some(check_rate_limit(file, rl)?), failure_policy(file, rl)?),
+            None => (None, FailurePolicy::default()),
         };
         let (blocks, limits) = extension_limits(file, d)?;
         if d.share_threshold && !composite.contains('*') {
@@ -104,6 +105,7 @@ fn load_descriptors(
                 metadata: metadata.clone(),
                 load_key: load_key.clone(),
                 limits: limits.clone(),
+                failure,
             })
         });
         load_descriptors(file, &mut child, &load_key, &d.descriptors)?;
@@ -151,6 +153,35 @@ fn check_rate_limit(file: &str, rl: &RawRateLimit) -> Result<Unit, ConfigError> 
         }
     }
     Ok(unit)
+}
+
+/// The block's `failure_mode` and `fallback_requests_per_unit`, checked.
+fn failure_policy(file: &str, rl: &RawRateLimit) -> Result<FailurePolicy, ConfigError> {
+    let err = |kind| ConfigError::new(file, kind, Some(rl.line));
+    let mode = if rl.failure_mode.is_empty() {
+        None
+    } else {
+        Some(
+            rl.failure_mode
+                .parse::<FailureMode>()
+                .map_err(|()| err(ConfigErrorKind::InvalidFailureMode(rl.failure_mode.clone())))?,
+        )
+    };
+    if let Some(fallback) = rl.fallback_requests_per_unit {
+        if mode != Some(FailureMode::Open) {
+            return Err(err(ConfigErrorKind::FallbackWithoutOpen));
+        }
+        if fallback == 0 || fallback > rl.requests_per_unit {
+            return Err(err(ConfigErrorKind::FallbackOutOfRange {
+                fallback,
+                limit: rl.requests_per_unit,
+            }));
+        }
+    }
+    Ok(FailurePolicy {
+        mode,
+        fallback_requests_per_unit: rl.fallback_requests_per_unit,
+    })
 }
 
 /// The extension limits of a descriptor (`algorithm`, `burst`,
@@ -244,6 +275,7 @@ fn build_limit(file: &str, rl: &RawRateLimit) -> Result<ConfiguredLimit, ConfigE
         name: rl.name.clone(),
         limiter,
         key_suffix: format!("{}:{seconds}s", algorithm.key_tag()),
+        failure: failure_policy(file, rl)?,
     })
 }
 
@@ -251,7 +283,9 @@ fn build_limit(file: &str, rl: &RawRateLimit) -> Result<ConfiguredLimit, ConfigE
 mod tests {
     use std::time::Duration;
 
-    use crate::config::{load, ConfigError, ConfigErrorKind, ConfigFile, Entry, Lookup};
+    use crate::config::{
+        load, ConfigError, ConfigErrorKind, ConfigFile, Entry, FailureMode, FailurePolicy, Lookup,
+    };
     use crate::limiter::{AlgorithmName, InvalidLimit, Limiter};
 
     fn load_one(yaml: &str) -> Result<crate::config::Config, ConfigError> {
@@ -424,6 +458,101 @@ mod tests {
             error_of(&format!("{HEAD}{rl}      burst: many\n")).to_string(),
             "f.yaml: error loading config file: yaml: unmarshal errors:\n  line 7: cannot unmarshal !!str `many` into uint32"
         );
+    }
+
+    #[test]
+    fn failure_mode_keeps_the_original_window_and_shows_in_the_dump() {
+        let yaml = format!(
+            "{HEAD}    rate_limit:\n      unit: minute\n      requests_per_unit: 50\n      failure_mode: open\n      fallback_requests_per_unit: 5\n"
+        );
+        let rule = rule_of(&yaml);
+        assert!(rule.is_original(), "same keys and arithmetic as before");
+        assert_eq!(rule.failure.mode, Some(FailureMode::Open));
+        assert_eq!(rule.failure.fallback_requests_per_unit, Some(5));
+        assert_eq!(
+            load_one(&yaml).unwrap().dump(),
+            "d.k: unit=MINUTE requests_per_unit=50, shadow_mode: false, quota_mode: false, failure_mode: open fallback 5\n"
+        );
+        let rule = rule_of(&format!(
+            "{HEAD}    rate_limit:\n      unit: minute\n      requests_per_unit: 50\n"
+        ));
+        assert_eq!(
+            rule.failure,
+            FailurePolicy::default(),
+            "absent: the settings decide"
+        );
+        // Each item of rate_limits has its own.
+        let rule = rule_of(&format!(
+            "{HEAD}    rate_limits:\n      - unit: second\n        requests_per_unit: 10\n        failure_mode: closed\n      - unit: day\n        requests_per_unit: 1000\n        algorithm: sliding_window\n        failure_mode: open\n"
+        ));
+        let modes: Vec<_> = rule.limits.iter().map(|l| l.failure.mode).collect();
+        assert_eq!(modes, [Some(FailureMode::Closed), Some(FailureMode::Open)]);
+        let rule = rule_of(&format!(
+            "{HEAD}    rate_limit:\n      unit: second\n      requests_per_unit: 10\n      algorithm: token_bucket\n      failure_mode: error\n"
+        ));
+        assert_eq!(rule.limits[0].failure.mode, Some(FailureMode::Error));
+    }
+
+    #[test]
+    fn bad_failure_settings_say_what_and_where() {
+        let rl = "    rate_limit:\n      unit: second\n      requests_per_unit: 10\n";
+        let cases: [(String, ConfigErrorKind); 5] = [
+            (
+                format!("{HEAD}{rl}      failure_mode: fail_open\n"),
+                ConfigErrorKind::InvalidFailureMode("fail_open".into()),
+            ),
+            (
+                format!("{HEAD}{rl}      fallback_requests_per_unit: 2\n"),
+                ConfigErrorKind::FallbackWithoutOpen,
+            ),
+            (
+                format!(
+                    "{HEAD}{rl}      failure_mode: closed\n      fallback_requests_per_unit: 2\n"
+                ),
+                ConfigErrorKind::FallbackWithoutOpen,
+            ),
+            (
+                format!(
+                    "{HEAD}{rl}      failure_mode: open\n      fallback_requests_per_unit: 0\n"
+                ),
+                ConfigErrorKind::FallbackOutOfRange {
+                    fallback: 0,
+                    limit: 10,
+                },
+            ),
+            (
+                format!(
+                    "{HEAD}{rl}      failure_mode: open\n      fallback_requests_per_unit: 11\n"
+                ),
+                ConfigErrorKind::FallbackOutOfRange {
+                    fallback: 11,
+                    limit: 10,
+                },
+            ),
+        ];
+        for (yaml, kind) in cases {
+            let e = error_of(&yaml);
+            assert_eq!(e.kind, kind, "{yaml}");
+            assert_eq!(e.line, Some(5), "{yaml}");
+        }
+        assert_eq!(
+            error_of(&format!("{HEAD}{rl}      failure_mode: fail_open\n")).to_string(),
+            "f.yaml: invalid failure_mode 'fail_open' (expected one of error, open, closed)"
+        );
+        // Inside rate_limits, on the item's line.
+        let e = error_of(&format!(
+            "{HEAD}    rate_limits:\n      - unit: second\n        requests_per_unit: 1\n      - unit: hour\n        requests_per_unit: 9\n        failure_mode: open\n        fallback_requests_per_unit: 10\n"
+        ));
+        assert_eq!(
+            e.kind,
+            ConfigErrorKind::FallbackOutOfRange {
+                fallback: 10,
+                limit: 9
+            }
+        );
+        assert_eq!(e.line, Some(7));
+        let e = error_of(&format!("{HEAD}{rl}      failure_mod: open\n"));
+        assert_eq!(e.hint.as_deref(), Some("did you mean 'failure_mode'?"));
     }
 
     #[test]

@@ -67,6 +67,25 @@ pub struct Settings {
     pub shutdown: ShutdownSettings,
     /// `STATSD_PROTOCOL` (`tcp`/`udp`), read by the original's statsd library.
     pub statsd_protocol: String,
+    /// What happens when the store cannot answer (`STORE_*`, ours).
+    pub store_failure: StoreFailureSettings,
+}
+
+/// When the store cannot answer (ours): `STORE_TIMEOUT`,
+/// `STORE_BREAKER_FAILURES`, `STORE_BREAKER_COOLDOWN`, `STORE_FAILURE_MODE`,
+/// `STORE_FALLBACK_SHARE`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StoreFailureSettings {
+    /// Hard deadline of a request's store work.
+    pub timeout: Duration,
+    /// Consecutive failures that open a node's breaker; 0 disables it.
+    pub breaker_failures: u32,
+    /// How long an open breaker waits before one probe.
+    pub breaker_cooldown: Duration,
+    /// The mode of a rule that sets no `failure_mode`.
+    pub failure_mode: crate::config::FailureMode,
+    /// An open rule's default floor as a share of its limit, in (0, 1].
+    pub fallback_share: f64,
 }
 
 /// Graceful shutdown (ours): `SHUTDOWN_DRAIN_DURATION`, `SHUTDOWN_TIMEOUT`.
@@ -816,6 +835,30 @@ impl Settings {
                 drain: r.get(ENV_SHUTDOWN_DRAIN_DURATION, parse_duration),
                 timeout: r.get(ENV_SHUTDOWN_TIMEOUT, parse_duration),
             },
+            store_failure: StoreFailureSettings {
+                timeout: r.get(ENV_STORE_TIMEOUT, parse_positive_duration),
+                breaker_failures: r.get(ENV_STORE_BREAKER_FAILURES, |s| {
+                    let n = parse_int(s)?;
+                    u32::try_from(n).map_err(|_| ParseError::OutOfRange {
+                        min: 0,
+                        max: i64::from(u32::MAX),
+                    })
+                }),
+                breaker_cooldown: r.get(ENV_STORE_BREAKER_COOLDOWN, parse_duration),
+                failure_mode: r.get(ENV_STORE_FAILURE_MODE, |s| {
+                    s.parse().map_err(|()| ParseError::OneOf {
+                        expected: "error, open, closed",
+                    })
+                }),
+                fallback_share: r.get(ENV_STORE_FALLBACK_SHARE, |s| {
+                    let share = parse_f64(s)?;
+                    if share > 0.0 && share <= 1.0 {
+                        Ok(share)
+                    } else {
+                        Err(ParseError::ShareOutOfRange)
+                    }
+                }),
+            },
         };
         (settings, r.invalid)
     }
@@ -1023,6 +1066,58 @@ mod tests {
             .iter()
             .map(|v| (v.name, v.error.clone()))
             .collect()
+    }
+
+    #[test]
+    fn store_failure_settings_default_and_refuse_bad_values() {
+        let s = Settings::default().store_failure;
+        assert_eq!(
+            s,
+            StoreFailureSettings {
+                timeout: Duration::from_millis(50),
+                breaker_failures: 5,
+                breaker_cooldown: Duration::from_secs(1),
+                failure_mode: crate::config::FailureMode::Error,
+                fallback_share: 0.1,
+            }
+        );
+        let s = parse(&[
+            ("STORE_TIMEOUT", "5ms"),
+            ("STORE_BREAKER_FAILURES", "0"),
+            ("STORE_FAILURE_MODE", "open"),
+            ("STORE_FALLBACK_SHARE", "0.25"),
+        ])
+        .expect("valid")
+        .store_failure;
+        assert_eq!(s.timeout, Duration::from_millis(5));
+        assert_eq!(s.breaker_failures, 0, "0 disables the breaker");
+        assert_eq!(s.failure_mode, crate::config::FailureMode::Open);
+        assert_eq!(s.fallback_share, 0.25);
+        assert_eq!(
+            errors(&[
+                ("STORE_TIMEOUT", "0s"),
+                ("STORE_BREAKER_FAILURES", "-1"),
+                ("STORE_FAILURE_MODE", "fail_open"),
+                ("STORE_FALLBACK_SHARE", "1.5"),
+            ]),
+            vec![
+                ("STORE_TIMEOUT", ParseError::NotPositive),
+                (
+                    "STORE_BREAKER_FAILURES",
+                    ParseError::OutOfRange {
+                        min: 0,
+                        max: i64::from(u32::MAX)
+                    }
+                ),
+                (
+                    "STORE_FAILURE_MODE",
+                    ParseError::OneOf {
+                        expected: "error, open, closed"
+                    }
+                ),
+                ("STORE_FALLBACK_SHARE", ParseError::ShareOutOfRange),
+            ]
+        );
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub enum ParseError {
         /// Largest allowed value.
         max: i64,
     },
+    /// A share that is not in (0, 1].
+    #[error("must be a share greater than 0 and at most 1")]
+    ShareOutOfRange,
     /// Zero or negative where the setting needs a positive value.
     #[error("must be greater than zero")]
     NotPositive,

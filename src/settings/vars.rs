@@ -93,6 +93,22 @@ pub const ENV_STATSD_PROTOCOL: &str = "STATSD_PROTOCOL";
 /// always all or nothing.
 pub const ENV_ALL_OR_NOTHING: &str = "ALL_OR_NOTHING";
 
+/// Hard deadline of a request's store work; past it the store has failed
+/// for that request's limits. Ours; default `50ms`.
+pub const ENV_STORE_TIMEOUT: &str = "STORE_TIMEOUT";
+/// Consecutive failures of one store node that open its breaker; `0`
+/// disables the breaker. Ours; default `5`.
+pub const ENV_STORE_BREAKER_FAILURES: &str = "STORE_BREAKER_FAILURES";
+/// How long an open breaker sends nothing before one probe. Ours; default `1s`.
+pub const ENV_STORE_BREAKER_COOLDOWN: &str = "STORE_BREAKER_COOLDOWN";
+/// What a rule without its own `failure_mode` does when the store cannot
+/// answer: `error` (the original's UNKNOWN), `open` or `closed`. Ours;
+/// default `error`.
+pub const ENV_STORE_FAILURE_MODE: &str = "STORE_FAILURE_MODE";
+/// An `open` rule's local floor as a share of its limit, when it sets no
+/// `fallback_requests_per_unit`. Ours; default `0.1`.
+pub const ENV_STORE_FALLBACK_SHARE: &str = "STORE_FALLBACK_SHARE";
+
 /// Variables this service adds to the original's. Each is opt-in: its
 /// default keeps an existing deployment's behaviour.
 pub static EXTENSIONS: &[VarSpec] = &[
@@ -118,6 +134,36 @@ pub static EXTENSIONS: &[VarSpec] = &[
         name: ENV_ALL_OR_NOTHING,
         kind: Kind::Bool,
         default: "false",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_STORE_TIMEOUT,
+        kind: Kind::Duration,
+        default: "50ms",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_STORE_BREAKER_FAILURES,
+        kind: Kind::Int,
+        default: "5",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_STORE_BREAKER_COOLDOWN,
+        kind: Kind::Duration,
+        default: "1s",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_STORE_FAILURE_MODE,
+        kind: Kind::String,
+        default: "error",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_STORE_FALLBACK_SHARE,
+        kind: Kind::Float,
+        default: "0.1",
         support: Support::Active,
     },
 ];

@@ -1,0 +1,98 @@
+//! What a rule does when the store cannot answer for it: the extension keys
+//! `failure_mode` and `fallback_requests_per_unit` of a `rate_limit` block
+//! (and of each `rate_limits` item).
+
+use std::fmt;
+use std::str::FromStr;
+
+/// `failure_mode:` (and the `STORE_FAILURE_MODE` default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailureMode {
+    /// The call fails as the original's does (gRPC UNKNOWN).
+    #[default]
+    Error,
+    /// Allowed up to a local floor per instance.
+    Open,
+    /// Denied.
+    Closed,
+}
+
+impl FromStr for FailureMode {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<FailureMode, ()> {
+        match s {
+            "error" => Ok(FailureMode::Error),
+            "open" => Ok(FailureMode::Open),
+            "closed" => Ok(FailureMode::Closed),
+            _ => Err(()),
+        }
+    }
+}
+
+impl fmt::Display for FailureMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FailureMode::Error => "error",
+            FailureMode::Open => "open",
+            FailureMode::Closed => "closed",
+        })
+    }
+}
+
+/// A rule's own failure policy; what it leaves out comes from the settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FailurePolicy {
+    /// `failure_mode`, when the rule sets it.
+    pub mode: Option<FailureMode>,
+    /// `fallback_requests_per_unit` (only with `failure_mode: open`;
+    /// 1 ≤ n ≤ `requests_per_unit`).
+    pub fallback_requests_per_unit: Option<u32>,
+}
+
+impl FailurePolicy {
+    /// The mode, `default` when the rule sets none.
+    pub fn mode_or(&self, default: FailureMode) -> FailureMode {
+        self.mode.unwrap_or(default)
+    }
+
+    /// The local floor of an open rule with `limit` per window: its own
+    /// `fallback_requests_per_unit`, else `⌊limit × share⌋`, at least 1 and
+    /// never above `limit`.
+    pub fn fallback(&self, limit: u64, share: f64) -> u64 {
+        let derived = || ((limit as f64 * share).floor() as u64).max(1);
+        self.fallback_requests_per_unit
+            .map_or_else(derived, u64::from)
+            .min(limit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_and_print() {
+        for m in [FailureMode::Error, FailureMode::Open, FailureMode::Closed] {
+            assert_eq!(m.to_string().parse(), Ok(m));
+        }
+        assert_eq!("Open".parse::<FailureMode>(), Err(()));
+    }
+
+    #[test]
+    fn the_floor_is_a_share_of_the_limit_at_least_one_never_above_it() {
+        let derived = FailurePolicy::default();
+        assert_eq!(derived.fallback(100, 0.1), 10);
+        assert_eq!(derived.fallback(19, 0.1), 1, "rounded down");
+        assert_eq!(derived.fallback(5, 0.1), 1, "at least one");
+        assert_eq!(derived.fallback(0, 0.1), 0, "a zero limit stays zero");
+        assert_eq!(derived.fallback(10, 1.0), 10);
+        let own = FailurePolicy {
+            mode: Some(FailureMode::Open),
+            fallback_requests_per_unit: Some(7),
+        };
+        assert_eq!(own.fallback(100, 0.1), 7);
+        assert_eq!(own.mode_or(FailureMode::Error), FailureMode::Open);
+        assert_eq!(derived.mode_or(FailureMode::Closed), FailureMode::Closed);
+    }
+}
