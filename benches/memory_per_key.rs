@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ratelimit::limiter::fixed_window::Window;
 use ratelimit::limiter::ManualClock;
-use ratelimit::store::{Increment, IncrementPolicy, MemoryStore, Store};
+use ratelimit::store::{Increment, IncrementPolicy, MemoryStore, StoreExt};
 
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
@@ -44,6 +44,7 @@ fn main() {
                 window,
                 ttl_seconds: 60,
                 limit: 1000,
+                on_failure: Default::default(),
             });
             if batch.len() == 1000 {
                 store

@@ -18,7 +18,7 @@ use ratelimit::limiter::{AlgorithmName, Limiter};
 use ratelimit::store::key::algorithm_key;
 use ratelimit::store::redis::url::{Credentials, Target};
 use ratelimit::store::redis::{connect, RedisOptions, StartupRetry};
-use ratelimit::store::{Check, CheckedLimit, Store};
+use ratelimit::store::{Check, CheckedLimit, Store, StoreExt};
 use support::redis::RedisServer;
 
 /// Sums `MEMORY USAGE` and `PTTL` over the keys matching `ARGV[1]`.
@@ -83,6 +83,7 @@ fn main() {
                         limit: CheckedLimit::Algorithm(limiter),
                         cost: 1,
                         binding: true,
+                        on_failure: Default::default(),
                     })
                     .collect();
                 let reply = store.check(&batch).await.expect("check");
@@ -145,6 +146,7 @@ fn main() {
                 limit: CheckedLimit::Algorithm(limiter),
                 cost: 100,
                 binding: true,
+                on_failure: Default::default(),
             };
             assert!(store.check(&[check]).await.expect("check").committed);
         }

@@ -10,11 +10,12 @@ use std::time::Duration;
 use ratelimit::limiter::fixed_window::Window;
 use ratelimit::limiter::{AlgorithmName, Decision, Limiter};
 use ratelimit::limiter::{Clock, SystemClock};
+use ratelimit::resilience::{self, BreakerOptions, ResilienceOptions};
 use ratelimit::settings::RedisType;
 use ratelimit::store::redis::url::{Credentials, Target};
-use ratelimit::store::redis::{connect, RedisOptions, StartupRetry};
+use ratelimit::store::redis::{connect, RedisOptions, RedisStore, StartupRetry};
 use ratelimit::store::{
-    Check, CheckedLimit, Commit, Increment, IncrementPolicy, MemoryStore, Store,
+    Check, CheckedLimit, Commit, Increment, IncrementPolicy, MemoryStore, Store, StoreExt,
 };
 use support::redis::{RedisCluster, RedisSentinel, RedisServer};
 
@@ -30,6 +31,7 @@ fn inc(key: &str, hits: u64, limit: u64) -> Increment {
         window: Window::containing(now(), 3600),
         ttl_seconds: 3600,
         limit,
+        on_failure: Default::default(),
     }
 }
 
@@ -51,16 +53,32 @@ fn host_port(addr: &str) -> (String, u16) {
 }
 
 async fn redis_store(target: Target) -> Arc<dyn Store> {
+    Arc::new(connect_redis(target).await)
+}
+
+async fn connect_redis(target: Target) -> RedisStore {
     let retry = StartupRetry {
         initial: Duration::from_millis(100),
         max: Duration::from_secs(1),
         max_elapsed: Duration::from_secs(30),
     };
-    Arc::new(
-        connect(&options(target), None, retry)
-            .await
-            .expect("redis store connects"),
-    )
+    connect(&options(target), None, retry)
+        .await
+        .expect("redis store connects")
+}
+
+/// The stack the service runs on Redis: fallback over per-node breakers over
+/// a deadline. The deadline is generous: these bodies test what the store
+/// answers, and a loaded test machine must not turn them into timeouts.
+async fn wrapped_redis_store(target: Target) -> Arc<dyn Store> {
+    let options = ResilienceOptions {
+        timeout: Duration::from_secs(5),
+        breaker: Some(BreakerOptions {
+            failures: 5,
+            cooldown: Duration::from_secs(1),
+        }),
+    };
+    resilience::wrap(connect_redis(target).await, options, Arc::new(SystemClock))
 }
 
 /// Counters count per key, zero hits read without consuming.
@@ -154,6 +172,7 @@ fn check(key: &str, algorithm: AlgorithmName, limit: u64, cost: u64) -> Check {
         limit: CheckedLimit::Algorithm(Limiter::new(algorithm, limit, HOUR, None).expect("valid")),
         cost,
         binding: true,
+        on_failure: Default::default(),
     }
 }
 
@@ -273,6 +292,7 @@ async fn original_window_shares_the_original_counter(store: Arc<dyn Store>, p: &
         },
         cost,
         binding: true,
+        on_failure: Default::default(),
     };
     store
         .increment(&[inc(&key, 1, 3)], IncrementPolicy::Always)
@@ -448,6 +468,28 @@ async fn redis_cluster() {
     let seeds = c.seeds().iter().map(|a| host_port(a)).collect();
     let store = redis_store(Target::Cluster { seeds }).await;
     all_bodies(store, true).await;
+}
+
+/// The same bodies through the resilience layers, on a healthy Redis: the
+/// layers change no answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_single_wrapped() {
+    let server = RedisServer::start();
+    let (host, port) = host_port(&server.addr());
+    let store = wrapped_redis_store(Target::Tcp {
+        host,
+        port,
+        db: None,
+    })
+    .await;
+    all_bodies(store, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_cluster_wrapped() {
+    let c = RedisCluster::start();
+    let seeds = c.seeds().iter().map(|a| host_port(a)).collect();
+    all_bodies(wrapped_redis_store(Target::Cluster { seeds }).await, true).await;
 }
 
 #[test]

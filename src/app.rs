@@ -23,9 +23,10 @@ use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::config::provider::ProviderOptions;
 use crate::config::watcher::{ConfigWatcher, LiveConfig, ReloadStatus};
-use crate::engine::{Engine, EngineOptions, HeaderNames, LocalCache};
+use crate::engine::{Engine, EngineOptions, FailureDefaults, HeaderNames, LocalCache};
 use crate::limiter::{Clock, SystemClock};
 use crate::metrics::{LocalCacheGauges, MetricsHandle, MetricsOptions, Stats};
+use crate::resilience::{self, BreakerOptions, ResilienceOptions};
 use crate::service::health::{Component, Health};
 use crate::service::rls::RlsServer;
 use crate::settings::{BackendType, ConfigType, Settings};
@@ -222,6 +223,10 @@ pub async fn run(
                 remaining: r.headers.remaining.clone(),
                 reset: r.headers.reset.clone(),
             }),
+            failure: FailureDefaults {
+                mode: settings.store_failure.failure_mode,
+                fallback_share: settings.store_failure.fallback_share,
+            },
         },
         local_cache,
         service_stats,
@@ -449,7 +454,15 @@ async fn build_store(
                     handle.spawn(async move { health.set(Component::Backend, up).await });
                 }));
             }
-            (Arc::new(store) as Arc<dyn Store>, None)
+            let f = &settings.store_failure;
+            let options = ResilienceOptions {
+                timeout: f.timeout,
+                breaker: (f.breaker_failures > 0).then_some(BreakerOptions {
+                    failures: f.breaker_failures,
+                    cooldown: f.breaker_cooldown,
+                }),
+            };
+            (resilience::wrap(store, options, Arc::clone(clock)), None)
         }
         BackendType::Memcache => {
             return Err(AppError::Unsupported(

@@ -37,6 +37,7 @@ mod go_syntax;
 pub mod limiter;
 pub mod logging;
 pub mod metrics;
+pub mod resilience;
 pub mod service;
 pub mod settings;
 pub mod store;

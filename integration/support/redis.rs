@@ -450,7 +450,17 @@ impl Node {
         self.child.as_ref().map(|c| c.id())
     }
 
+    /// Sends `SIGSTOP` (`pause`) or `SIGCONT`: a stopped server keeps its
+    /// sockets open and answers nothing, as a hung or overloaded one does.
+    fn signal_stop(&self, pause: bool) {
+        if let Some(pid) = self.pid() {
+            let sig = if pause { "-STOP" } else { "-CONT" };
+            let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+        }
+    }
+
     fn kill(&mut self) {
+        // A stopped process is killed as well (SIGKILL needs no CONT).
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -603,6 +613,16 @@ impl RedisServer {
     /// (killing it first if it still runs). Its data is gone.
     pub fn restart(&mut self) {
         self.node.restart();
+    }
+
+    /// Pauses the server (SIGSTOP): connections stay open, nothing answers.
+    pub fn pause(&self) {
+        self.node.signal_stop(true);
+    }
+
+    /// Resumes a paused server (SIGCONT).
+    pub fn resume(&self) {
+        self.node.signal_stop(false);
     }
 
     /// Whether the process runs.
@@ -785,6 +805,16 @@ impl RedisCluster {
     /// Kills the node on `port` (e.g. a primary, to see a failover).
     pub fn kill_node(&mut self, port: u16) {
         self.node_mut(port).kill();
+    }
+
+    /// Pauses the node on `port` (SIGSTOP).
+    pub fn pause_node(&self, port: u16) {
+        self.node(port).signal_stop(true);
+    }
+
+    /// Resumes the node on `port` (SIGCONT).
+    pub fn resume_node(&self, port: u16) {
+        self.node(port).signal_stop(false);
     }
 
     /// Starts the node on `port` again; it rejoins with its saved identity.

@@ -19,7 +19,7 @@ use crate::limiter::fixed_window::{self, Window};
 use crate::limiter::Decision;
 use crate::metrics::RuleStats;
 use crate::store::key::{algorithm_key, fixed_window_key};
-use crate::store::{Check, Checked, CheckedLimit};
+use crate::store::{Check, Checked, CheckedLimit, PolicyAnswer};
 
 use super::types::{Code, CurrentLimit, DescriptorStatus, RateLimitRequest};
 
@@ -45,6 +45,30 @@ pub(crate) struct KeyOptions<'a> {
     pub(crate) quota: &'a [bool],
     /// Whether the request has exactly one quota descriptor.
     pub(crate) one_quota: bool,
+    /// The failure policy of rules that set none.
+    pub(crate) failure: super::FailureDefaults,
+}
+
+/// A check's answer: the store's, or its failure policy's when the store
+/// could not answer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Answered {
+    /// Decided by the store.
+    Store(Checked),
+    /// Decided by `failure_mode`.
+    Policy(PolicyAnswer),
+}
+
+impl Answered {
+    fn checked(&self) -> Checked {
+        match self {
+            Answered::Store(c) => *c,
+            Answered::Policy(p) => Checked {
+                decision: p.decision,
+                count: 0,
+            },
+        }
+    }
 }
 
 impl KeyOptions<'_> {
@@ -92,6 +116,9 @@ pub(crate) fn add_checks(
             },
             cost: hits,
             binding,
+            on_failure: options
+                .failure
+                .on_failure(&limit.rule.failure, u64::from(limit.rule.requests_per_unit)),
         });
     } else {
         for l in &limit.rule.limits {
@@ -106,6 +133,9 @@ pub(crate) fn add_checks(
                 limit: CheckedLimit::Algorithm(l.limiter),
                 cost: hits,
                 binding,
+                on_failure: options
+                    .failure
+                    .on_failure(&l.failure, u64::from(l.requests_per_unit)),
             });
         }
     }
@@ -122,13 +152,15 @@ pub(crate) fn add_checks(
 /// The status of `d` from its answers, with its per-rule stats counted.
 pub(crate) fn status(
     d: &CheckedDescriptor,
-    results: &[Checked],
+    results: &[Answered],
     committed: bool,
     near_ratio: f32,
     now_secs: u64,
 ) -> DescriptorStatus {
     let rule = &d.limit.rule;
-    let answers = &results[d.checks.clone()];
+    let own = &results[d.checks.clone()];
+    let answers: Vec<Checked> = own.iter().map(Answered::checked).collect();
+    let answers = answers.as_slice();
     // Capacity and reported limit of the descriptor's i-th limit.
     let describe = |i: usize| -> (u64, CurrentLimit) {
         match rule.limits.get(i) {
@@ -187,10 +219,14 @@ pub(crate) fn status(
         (true, false) => Code::OverLimit,
         (false, _) => Code::Ok,
     };
+    // An original window resets with its window, unless its failure
+    // policy refused it: then the retry is the policy's.
+    let by_policy = matches!(own[i], Answered::Policy(_));
     let until = match (d.window, answer.decision) {
-        (Some(w), _) => Duration::from_secs(w.reset_after(now_secs)),
-        (None, Decision::Deny { retry_after, .. }) => retry_after,
-        (None, other) => other.reset_after(),
+        (Some(w), Decision::Allow { .. }) => Duration::from_secs(w.reset_after(now_secs)),
+        (Some(w), _) if !by_policy => Duration::from_secs(w.reset_after(now_secs)),
+        (_, Decision::Deny { retry_after, .. }) => retry_after,
+        (_, other) => other.reset_after(),
     };
     DescriptorStatus {
         code,

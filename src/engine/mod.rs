@@ -21,12 +21,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::watcher::LiveConfig;
-use crate::config::{Lookup, MatchedLimit};
+use crate::config::{FailureMode, FailurePolicy, Lookup, MatchedLimit};
 use crate::limiter::fixed_window::{self, Window};
-use crate::limiter::Clock;
+use crate::limiter::{Clock, Decision};
 use crate::metrics::Stats;
 use crate::store::key::fixed_window_key;
-use crate::store::{Check, Commit, Increment, IncrementPolicy, Store};
+use crate::store::{
+    Answer, Check, Commit, Increment, IncrementPolicy, OnFailure, PolicyAnswer, Store, StoreError,
+    StoreErrorKind, Work,
+};
 
 pub use aggregate::Disposition;
 pub use headers::HeaderNames;
@@ -59,6 +62,41 @@ pub struct EngineOptions {
     pub response_dynamic_metadata: bool,
     /// `LIMIT_RESPONSE_HEADERS_ENABLED` with the header names.
     pub response_headers: Option<HeaderNames>,
+    /// What a rule that sets no `failure_mode` does (`STORE_FAILURE_MODE`,
+    /// `STORE_FALLBACK_SHARE`).
+    pub failure: FailureDefaults,
+}
+
+/// The failure policy of rules that set none of their own.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FailureDefaults {
+    /// `STORE_FAILURE_MODE`.
+    pub mode: FailureMode,
+    /// `STORE_FALLBACK_SHARE`: an open rule's floor as a share of its limit.
+    pub fallback_share: f64,
+}
+
+impl Default for FailureDefaults {
+    fn default() -> Self {
+        FailureDefaults {
+            mode: FailureMode::Error,
+            fallback_share: 0.1,
+        }
+    }
+}
+
+impl FailureDefaults {
+    /// What the store layers do for a limit of `limit` per window whose rule
+    /// says `policy`.
+    pub fn on_failure(&self, policy: &FailurePolicy, limit: u64) -> OnFailure {
+        match policy.mode_or(self.mode) {
+            FailureMode::Error => OnFailure::Error,
+            FailureMode::Closed => OnFailure::Closed,
+            FailureMode::Open => OnFailure::Open {
+                fallback: policy.fallback(limit, self.fallback_share),
+            },
+        }
+    }
 }
 
 impl Default for EngineOptions {
@@ -73,6 +111,7 @@ impl Default for EngineOptions {
             quota_mode: false,
             response_dynamic_metadata: false,
             response_headers: None,
+            failure: FailureDefaults::default(),
         }
     }
 }
@@ -233,16 +272,25 @@ impl Engine {
         } else {
             Commit::IfAllPass
         };
-        let reply = if checks.is_empty() {
-            None
-        } else {
-            Some(self.store.check_with(&checks, commit).await?)
-        };
-        if let Some(reply) = reply {
+        if !checks.is_empty() {
+            let work = Work::Check {
+                items: checks,
+                commit,
+            };
+            let reply = self.store.execute(&work, None).await;
+            let answers = reply
+                .answers
+                .into_iter()
+                .map(|a| match a? {
+                    Answer::Checked(c) => Ok(checked::Answered::Store(c)),
+                    Answer::ByPolicy(p) => Ok(checked::Answered::Policy(p)),
+                    Answer::Count(_) => Err(wrong_answer()),
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
             for d in &checked {
                 statuses[d.index] = checked::status(
                     d,
-                    &reply.results,
+                    &answers,
                     reply.committed,
                     self.options.near_limit_ratio,
                     now,
@@ -336,6 +384,7 @@ impl Engine {
             shadow_mode: self.options.shadow_mode,
             quota,
             one_quota: quota.iter().filter(|q| **q).count() == 1,
+            failure: self.options.failure,
         };
         let mut batch = Vec::new();
         let mut described = Vec::new();
@@ -360,9 +409,9 @@ impl Engine {
     }
 
     /// One store round trip for the descriptors not answered by the local
-    /// cache; returns each pending descriptor's counter after the increment
-    /// (`None` for local-cache hits).
-    async fn count(&self, pending: &[Pending]) -> Result<Vec<Option<u64>>, ServiceError> {
+    /// cache; returns each pending descriptor's answer: its counter after
+    /// the increment, or its failure policy's (`None` for local-cache hits).
+    async fn count(&self, pending: &[Pending]) -> Result<Vec<Option<Answer>>, ServiceError> {
         let any_cached = pending.iter().any(|p| p.cached_over);
         let stop = self.options.stop_increment_when_over_limit;
         let batch: Vec<Increment> = pending
@@ -375,6 +424,10 @@ impl Engine {
                 window: p.window,
                 ttl_seconds: p.window.length + self.jitter(),
                 limit: u64::from(p.limit.rule.requests_per_unit),
+                on_failure: self.options.failure.on_failure(
+                    &p.limit.rule.failure,
+                    u64::from(p.limit.rule.requests_per_unit),
+                ),
             })
             .collect();
         let policy = if stop {
@@ -385,7 +438,19 @@ impl Engine {
         let mut counted = if batch.is_empty() {
             Vec::new()
         } else {
-            self.store.increment(&batch, policy).await?
+            let work = Work::Count {
+                items: batch,
+                policy,
+            };
+            let reply = self.store.execute(&work, None).await;
+            reply
+                .answers
+                .into_iter()
+                .map(|a| match a? {
+                    Answer::Checked(_) => Err(wrong_answer()),
+                    other => Ok(other),
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?
         }
         .into_iter();
         Ok(pending
@@ -402,9 +467,14 @@ impl Engine {
     }
 
     /// The status of one counted descriptor, with its per-rule stats.
-    fn status(&self, p: &Pending, after: Option<u64>, now: u64) -> DescriptorStatus {
+    fn status(&self, p: &Pending, answer: Option<Answer>, now: u64) -> DescriptorStatus {
         let rule = &p.limit.rule;
         let stats = &p.stats;
+        let after = match answer {
+            Some(Answer::ByPolicy(policy)) => return policy_status(p, &policy, now),
+            Some(Answer::Count(after)) => Some(after),
+            _ => None,
+        };
         let verdict = match after {
             None => {
                 stats.over_limit_with_local_cache.increment(p.hits);
@@ -436,14 +506,56 @@ impl Engine {
         };
         DescriptorStatus {
             code,
-            current_limit: Some(CurrentLimit {
-                requests_per_unit: rule.requests_per_unit,
-                unit: rule.unit,
-                name: rule.name.clone(),
-            }),
+            current_limit: Some(current_limit(rule)),
             limit_remaining: verdict.remaining,
             duration_until_reset: Some(Duration::from_secs(p.window.reset_after(now))),
         }
+    }
+}
+
+/// The limit a status of `rule` reports.
+fn current_limit(rule: &crate::config::RateLimitRule) -> CurrentLimit {
+    CurrentLimit {
+        requests_per_unit: rule.requests_per_unit,
+        unit: rule.unit,
+        name: rule.name.clone(),
+    }
+}
+
+/// A store that answered one kind of work with the other's answers.
+fn wrong_answer() -> StoreError {
+    StoreError::new(
+        StoreErrorKind::Rejected,
+        "the store answered with the wrong kind of answer",
+    )
+}
+
+/// The status of an original window that its failure policy answered: the
+/// floor's (or the denial's) remaining and retry, counted in the rule's
+/// statistics as any decision is; never put in the local cache.
+fn policy_status(p: &Pending, policy: &PolicyAnswer, now: u64) -> DescriptorStatus {
+    let rule = &p.limit.rule;
+    let denied = !policy.decision.is_allowed();
+    let code = if !denied {
+        p.stats.within_limit.increment(p.hits);
+        Code::Ok
+    } else if rule.shadow_mode {
+        p.stats.over_limit.increment(p.hits);
+        p.stats.shadow_mode.increment(p.hits);
+        Code::Ok
+    } else {
+        p.stats.over_limit.increment(p.hits);
+        Code::OverLimit
+    };
+    let until = match policy.decision {
+        Decision::Deny { retry_after, .. } => retry_after,
+        _ => Duration::from_secs(p.window.reset_after(now)),
+    };
+    DescriptorStatus {
+        code,
+        current_limit: Some(current_limit(rule)),
+        limit_remaining: u32::try_from(policy.decision.remaining()).unwrap_or(u32::MAX),
+        duration_until_reset: Some(until),
     }
 }
 

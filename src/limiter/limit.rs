@@ -157,6 +157,21 @@ impl Limiter {
         self.rate().window()
     }
 
+    /// The same algorithm over the same period with `limit` per period
+    /// instead (a token bucket's burst scaled alike, rounded down, at least
+    /// 1): a share of this limit, as a failure policy's local floor.
+    pub fn scaled_to(&self, limit: u64) -> Result<Limiter, InvalidLimit> {
+        let burst = match self {
+            Limiter::TokenBucket(b) => {
+                let scaled =
+                    u128::from(b.burst()) * u128::from(limit) / u128::from(self.limit().max(1));
+                Some(u64::try_from(scaled).unwrap_or(u64::MAX).max(1))
+            }
+            _ => None,
+        };
+        Limiter::new(self.name(), limit, self.period(), burst)
+    }
+
     /// The most one instant admits: the bucket's burst, else the limit.
     pub fn capacity(&self) -> u64 {
         match self {
@@ -212,6 +227,21 @@ mod tests {
     use super::*;
 
     const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn a_scaled_limit_keeps_the_algorithm_and_period() {
+        let minute = Duration::from_secs(60);
+        for a in AlgorithmName::ALL {
+            let l = Limiter::new(a, 60, minute, None).expect("valid");
+            let s = l.scaled_to(6).expect("valid");
+            assert_eq!((s.name(), s.limit(), s.period()), (a, 6, minute));
+        }
+        // A token bucket's burst scales with its rate, at least 1.
+        let b = Limiter::new(AlgorithmName::TokenBucket, 10, S, Some(40)).expect("valid");
+        assert_eq!(b.scaled_to(5).expect("valid").capacity(), 20);
+        let b = Limiter::new(AlgorithmName::TokenBucket, 100, S, Some(3)).expect("valid");
+        assert_eq!(b.scaled_to(1).expect("valid").capacity(), 1);
+    }
 
     #[test]
     fn names_round_trip() {

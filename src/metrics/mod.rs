@@ -46,6 +46,36 @@ pub const SERVICE_ERROR: &str = "ratelimit.service.call.should_rate_limit.servic
 pub const RUNTIME_LOAD_ATTEMPTS: &str = "runtime.load_attempts";
 /// `runtime.num_values`: files in the live configuration.
 pub const RUNTIME_NUM_VALUES: &str = "runtime.num_values";
+/// `ratelimit.store.timeout` (ours): requests whose store work passed
+/// `STORE_TIMEOUT` on some node.
+pub const STORE_TIMEOUT: &str = "ratelimit.store.timeout";
+/// `ratelimit.store.failure` (ours): requests with an item the store could
+/// not answer (timeout, connection refused or reset, breaker open).
+pub const STORE_FAILURE: &str = "ratelimit.store.failure";
+/// `ratelimit.store.circuit_open` (ours): requests with an item not sent
+/// because its node's breaker was open.
+pub const STORE_CIRCUIT_OPEN: &str = "ratelimit.store.circuit_open";
+/// `ratelimit.store.fallback_decision` (ours): items of `failure_mode: open`
+/// rules decided by the local floor.
+pub const STORE_FALLBACK_DECISION: &str = "ratelimit.store.fallback_decision";
+/// `ratelimit.store.fallback_over_limit` (ours): of those, refused by the floor.
+pub const STORE_FALLBACK_OVER_LIMIT: &str = "ratelimit.store.fallback_over_limit";
+/// `ratelimit.store.fail_closed_denial` (ours): items of `failure_mode:
+/// closed` rules denied because the store could not answer.
+pub const STORE_FAIL_CLOSED_DENIAL: &str = "ratelimit.store.fail_closed_denial";
+
+/// `ratelimit.store.breaker.<node>.open` (ours): 1 while the node's breaker
+/// is open or probing, 0 when closed. Prometheus:
+/// `ratelimit_store_breaker_open{node="…"}`.
+pub fn breaker_gauge(node: &str) -> metrics::Gauge {
+    // One statsd segment whatever the address holds (dots, colons).
+    let node: String = node
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    metrics::gauge!(format!("ratelimit.store.breaker.{node}.open"))
+}
+
 /// Prefix of every per-rule counter.
 pub const RATE_LIMIT_PREFIX: &str = "ratelimit.service.rate_limit.";
 

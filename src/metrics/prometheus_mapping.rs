@@ -180,6 +180,14 @@ fn default_mapping(name: &str, kind: StatKind) -> (String, Vec<(String, String)>
                 kind == StatKind::Timer,
             );
         }
+        // Ours: one breaker gauge per store node, the node as a label.
+        ["ratelimit", "store", "breaker", node, "open"] => {
+            return (
+                "ratelimit_store_breaker_open".to_string(),
+                vec![label("node", node)],
+                false,
+            );
+        }
         ["ratelimit", "service", "config_load_success"] if kind == StatKind::Counter => {
             return (
                 "ratelimit_service_config_load_success".to_string(),

@@ -36,10 +36,10 @@ mod tests {
         let s = to_status(&ServiceError::EmptyDomain);
         assert_eq!(s.code(), tonic::Code::Unknown);
         assert_eq!(s.message(), "rate limit domain must not be empty");
-        let s = to_status(&ServiceError::Store(StoreError {
-            kind: StoreErrorKind::Unavailable,
-            message: "connection refused".into(),
-        }));
+        let s = to_status(&ServiceError::Store(StoreError::new(
+            StoreErrorKind::Unavailable,
+            "connection refused",
+        )));
         assert_eq!(
             (s.code(), s.message()),
             (tonic::Code::Unknown, "connection refused")

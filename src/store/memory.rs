@@ -28,8 +28,8 @@ use parking_lot::{Mutex, MutexGuard};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 use super::{
-    Check, CheckReply, Checked, CheckedLimit, Commit, Increment, IncrementPolicy, Store,
-    StoreError, StoreErrorKind,
+    Answer, Check, CheckReply, Checked, CheckedLimit, Commit, Increment, IncrementPolicy, Reply,
+    Store, StoreError, StoreErrorKind, Work,
 };
 use crate::limiter::fixed_window::Window;
 use crate::limiter::{Algorithm, Clock, FixedWindowCounter, Limiter, LimiterState, WindowCount};
@@ -221,22 +221,46 @@ impl Drop for SweeperGuard {
 
 #[async_trait]
 impl Store for MemoryStore {
-    async fn increment(
-        &self,
-        batch: &[Increment],
-        policy: IncrementPolicy,
-    ) -> Result<Vec<u64>, StoreError> {
+    /// Nothing here can fail but an original window that cannot be built.
+    async fn execute(&self, work: &Work, _deadline: Option<tokio::time::Instant>) -> Reply {
+        match work {
+            Work::Count { items, policy } => Reply {
+                answers: self
+                    .count(items, *policy)
+                    .into_iter()
+                    .map(|n| Ok(Answer::Count(n)))
+                    .collect(),
+                committed: true,
+            },
+            Work::Check { items, commit } => match self.decide(items, *commit) {
+                Ok(reply) => Reply {
+                    answers: reply
+                        .results
+                        .into_iter()
+                        .map(|c| Ok(Answer::Checked(c)))
+                        .collect(),
+                    committed: reply.committed,
+                },
+                Err(e) => Reply::failed(items.len(), &e),
+            },
+        }
+    }
+}
+
+impl MemoryStore {
+    /// Applies `batch` per `policy`: each counter's value after it.
+    pub fn count(&self, batch: &[Increment], policy: IncrementPolicy) -> Vec<u64> {
         let now = self.clock.now_secs();
         let ids: Vec<u128> = batch.iter().map(|i| self.id(&i.key)).collect();
         match policy {
-            IncrementPolicy::Always => Ok(batch
+            IncrementPolicy::Always => batch
                 .iter()
                 .zip(&ids)
                 .map(|(inc, &id)| {
                     let mut shard = self.shards[Self::shard_of(id)].lock();
                     Self::apply(Self::entry(&mut shard, id, inc), inc, now, inc.hits)
                 })
-                .collect()),
+                .collect(),
             IncrementPolicy::OnlyIfNoneWouldExceed => {
                 // Lock every shard the batch touches, in index order (no
                 // deadlock), so the check and the increments are one step.
@@ -253,7 +277,7 @@ impl Store for MemoryStore {
                     })
                     .collect();
                 let any = would_exceed.iter().any(|&w| w);
-                Ok(batch
+                batch
                     .iter()
                     .zip(&ids)
                     .zip(&would_exceed)
@@ -266,14 +290,14 @@ impl Store for MemoryStore {
                             hits,
                         )
                     })
-                    .collect())
+                    .collect()
             }
         }
     }
 
-    /// All or nothing over the batch under the locks of every shard it
+    /// Decides `batch` all or nothing under the locks of every shard it
     /// touches, so the whole batch is one atomic step.
-    async fn check_with(&self, batch: &[Check], commit: Commit) -> Result<CheckReply, StoreError> {
+    pub fn decide(&self, batch: &[Check], commit: Commit) -> Result<CheckReply, StoreError> {
         let now = self.clock.now();
         let ids: Vec<u128> = batch.iter().map(|c| self.id(&c.key)).collect();
         let is_counter = |c: &Check| matches!(c.limit, CheckedLimit::OriginalWindow { .. });
@@ -381,9 +405,11 @@ impl Store for MemoryStore {
 fn original_window(limit: u64, window: &Window) -> Result<Limiter, StoreError> {
     FixedWindowCounter::new(limit, Duration::from_secs(window.length))
         .map(Limiter::FixedWindow)
-        .map_err(|e| StoreError {
-            kind: StoreErrorKind::Rejected,
-            message: format!("fixed window of {} s: {e}", window.length),
+        .map_err(|e| {
+            StoreError::new(
+                StoreErrorKind::Rejected,
+                format!("fixed window of {} s: {e}", window.length),
+            )
         })
 }
 
@@ -392,6 +418,7 @@ mod tests {
     use super::*;
     use crate::limiter::fixed_window::Window;
     use crate::limiter::ManualClock;
+    use crate::store::StoreExt;
 
     fn inc(key: &str, hits: u64, now: u64, unit: u64, limit: u64) -> Increment {
         Increment {
@@ -400,6 +427,7 @@ mod tests {
             window: Window::containing(now, unit),
             ttl_seconds: unit,
             limit,
+            on_failure: Default::default(),
         }
     }
 

@@ -1,10 +1,16 @@
-//! Counter stores: where the state of the limits lives.
+//! Stores: where the state of the limits lives.
 //!
-//! A [`Store`] applies a batch of fixed-window increments (the counters of
-//! one request) and returns each counter's value after the increment. The
-//! decision itself is pure arithmetic in [`crate::limiter`]; the store's job
-//! is to make the read-modify-write atomic. Resilience (timeouts, breaker,
-//! fallback) wraps a `Store` as a decorator and never the other way round.
+//! Every store, and every layer that wraps one, implements one operation,
+//! [`Store::execute`]: a request's store work as one [`Work`] of items (the
+//! original's fixed-window increments, or the checks decided all or
+//! nothing), each item carrying what to do when the store cannot answer it
+//! ([`OnFailure`]), and one answer per item. One failed Redis node fails only
+//! the items it serves. The decision itself is pure arithmetic in
+//! [`crate::limiter`]; a store's job is to make the read-modify-write
+//! atomic. Resilience (deadline, breaker, fallback, in
+//! [`crate::resilience`]) wraps a `Store` through that one operation and
+//! never the other way round; [`StoreExt`] gives the two shapes of work as
+//! plain calls over any stack.
 //!
 //! - [`memory`]: the embedded store, in-process;
 //! - [`redis`]: Redis single, sentinel or cluster, shared by a fleet;
@@ -13,6 +19,8 @@
 pub mod key;
 pub mod memory;
 pub mod redis;
+
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -34,8 +42,11 @@ pub struct Increment {
     /// Seconds a store with server-side expiry keeps the key: the window
     /// length plus the configured jitter (the original's EXPIRE argument).
     pub ttl_seconds: u64,
-    /// The limit, used only by [`IncrementPolicy::OnlyIfNoneWouldExceed`].
+    /// The limit, used by [`IncrementPolicy::OnlyIfNoneWouldExceed`] and
+    /// by the fallback floor.
     pub limit: u64,
+    /// What to answer when the store cannot.
+    pub on_failure: OnFailure,
 }
 
 /// How a batch is applied.
@@ -65,6 +76,8 @@ pub struct Check {
     /// Whether a denial of this limit stops the whole batch from being
     /// committed (false for shadow-mode limits, which only report).
     pub binding: bool,
+    /// What to answer when the store cannot.
+    pub on_failure: OnFailure,
 }
 
 /// The limit of a [`Check`].
@@ -107,6 +120,148 @@ pub struct CheckReply {
     pub committed: bool,
 }
 
+/// What a rule wants when the store cannot answer for it (`failure_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnFailure {
+    /// Fail the call, as the original does (gRPC UNKNOWN): the proxy's
+    /// `failure_mode_deny` decides.
+    #[default]
+    Error,
+    /// Deny: the descriptor is OVER_LIMIT until the store answers again.
+    Closed,
+    /// Allow up to a local floor: an in-process limiter of the same
+    /// algorithm and window with `fallback` requests per window (per
+    /// instance), never more than the rule's own limit.
+    Open {
+        /// The floor's limit (≥ 1).
+        fallback: u64,
+    },
+}
+
+/// The failure domain that serves a key: one Redis server (single,
+/// sentinel's current primary, a Cluster primary). Breakers are kept per
+/// node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub String);
+
+impl std::fmt::Display for NodeId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The two shapes of store work.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Work {
+    /// The original's fixed windows: every counter gets its hits per
+    /// `policy`; each answer is [`Answer::Count`].
+    Count {
+        /// The counters.
+        items: Vec<Increment>,
+        /// How the batch is applied.
+        policy: IncrementPolicy,
+    },
+    /// Limits decided at the store's time and committed per `commit`; each
+    /// answer is [`Answer::Checked`].
+    Check {
+        /// The limits.
+        items: Vec<Check>,
+        /// Whether the batch may commit.
+        commit: Commit,
+    },
+}
+
+impl Work {
+    /// How many items.
+    pub fn len(&self) -> usize {
+        match self {
+            Work::Count { items, .. } => items.len(),
+            Work::Check { items, .. } => items.len(),
+        }
+    }
+
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Item `i`'s key, whether it counts a one-second window (those may go to
+    /// the per-second Redis) and its failure policy.
+    pub fn item(&self, i: usize) -> (&str, bool, OnFailure) {
+        match self {
+            Work::Count { items, .. } => {
+                let c = &items[i];
+                (&c.key, c.window.length == 1, c.on_failure)
+            }
+            Work::Check { items, .. } => {
+                let c = &items[i];
+                let one_second = matches!(
+                    c.limit,
+                    CheckedLimit::OriginalWindow { window, .. } if window.length == 1
+                );
+                (&c.key, one_second, c.on_failure)
+            }
+        }
+    }
+
+    /// The same work over the items at `positions` only, in that order.
+    pub fn select(&self, positions: &[usize]) -> Work {
+        match self {
+            Work::Count { items, policy } => Work::Count {
+                items: positions.iter().map(|&i| items[i].clone()).collect(),
+                policy: *policy,
+            },
+            Work::Check { items, commit } => Work::Check {
+                items: positions.iter().map(|&i| items[i].clone()).collect(),
+                commit: *commit,
+            },
+        }
+    }
+}
+
+/// The answer for one item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// A counter's value after the increment ([`Work::Count`]).
+    Count(u64),
+    /// A check's answer ([`Work::Check`]).
+    Checked(Checked),
+    /// The store did not answer; the item's [`OnFailure`] did.
+    ByPolicy(PolicyAnswer),
+}
+
+/// What a failure policy answered for an item the store could not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PolicyAnswer {
+    /// `Deny` for a closed rule (retry: until the store is tried again, at
+    /// least 1 s); the local floor's decision for an open one.
+    pub decision: Decision,
+    /// Whether the local floor decided (fail open) or the item was denied
+    /// (fail closed).
+    pub fell_back: bool,
+}
+
+/// The answers for a [`Work`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// One per item, in batch order.
+    pub answers: Vec<Result<Answer, StoreError>>,
+    /// For [`Work::Check`]: whether the admitted costs were committed (true
+    /// iff every binding check that the store answered was admitted). Always
+    /// true for [`Work::Count`].
+    pub committed: bool,
+}
+
+impl Reply {
+    /// Every item failed with `error`.
+    pub fn failed(len: usize, error: &StoreError) -> Reply {
+        Reply {
+            answers: vec![Err(error.clone()); len],
+            committed: false,
+        }
+    }
+}
+
 /// Why a store could not answer. Being over a limit is never an error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
@@ -115,7 +270,31 @@ pub struct StoreError {
     pub kind: StoreErrorKind,
     /// The underlying error text; the original returns it to the caller.
     pub message: String,
+    /// When the store will be tried again, if known (an open breaker's
+    /// next probe).
+    pub retry_after: Option<Duration>,
 }
+
+impl StoreError {
+    /// An error of `kind` saying `message`.
+    pub fn new(kind: StoreErrorKind, message: impl Into<String>) -> StoreError {
+        StoreError {
+            kind,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// Whether a later retry may succeed: the store was not reached or did
+    /// not answer in time. Only these are answered by a failure policy.
+    pub fn is_transient(&self) -> bool {
+        !matches!(self.kind, StoreErrorKind::Rejected)
+    }
+}
+
+/// The message of a store call given up at its deadline: the original's
+/// text for a deadline (Go's `context deadline exceeded`).
+pub const DEADLINE_EXCEEDED: &str = "context deadline exceeded";
 
 /// Classes of store failure, for the resilience layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,46 +303,105 @@ pub enum StoreErrorKind {
     Unavailable,
     /// No answer in time.
     Timeout,
+    /// The node's breaker is open: nothing was sent.
+    CircuitOpen,
     /// The store answered with an error (e.g. `WRONGTYPE`).
     Rejected,
 }
 
-impl StoreError {
-    /// Whether a later retry may succeed.
-    pub fn is_transient(&self) -> bool {
-        !matches!(self.kind, StoreErrorKind::Rejected)
+/// A limit store, or a layer around one.
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// Runs `work` and answers each item.
+    ///
+    /// [`Work::Count`]: each counter's read-modify-write is atomic (no lost
+    /// updates under any concurrency); with
+    /// [`IncrementPolicy::OnlyIfNoneWouldExceed`] the whole batch is.
+    ///
+    /// [`Work::Check`]: every check is decided at the store's time and, iff
+    /// every binding check is admitted (and `commit` allows), the admitted
+    /// costs are committed: all or nothing. Checks on one key see each
+    /// other in batch order. Where the store cannot commit the batch in one
+    /// atomic step (keys on several Redis Cluster slots) it says how far it
+    /// can be off in its doc.
+    ///
+    /// `deadline` is when the caller stops waiting: a store that talks to a
+    /// server gives up on each node at that instant and fails that node's
+    /// items with [`StoreErrorKind::Timeout`] (set by
+    /// [`crate::resilience::Deadline`]).
+    async fn execute(&self, work: &Work, deadline: Option<tokio::time::Instant>) -> Reply;
+
+    /// The node that serves `key` (`one_second`: the key counts a
+    /// one-second window), or `None` for a store that has nothing to fail
+    /// (the memory store).
+    fn node_of(&self, key: &str, one_second: bool) -> Option<NodeId> {
+        let _ = (key, one_second);
+        None
     }
 }
 
-/// A counter store.
+/// The two shapes of work as plain calls, over any store or stack; the first
+/// failed item's error is the call's.
 #[async_trait]
-pub trait Store: Send + Sync + std::fmt::Debug {
-    /// Applies `batch` per `policy` and returns, in batch order, each
-    /// counter's value after the increment. Each counter's read-modify-write
-    /// is atomic (no lost updates under any concurrency); with
-    /// [`IncrementPolicy::OnlyIfNoneWouldExceed`] the whole batch is.
+pub trait StoreExt: Store {
+    /// Applies `batch` per `policy`; each counter's value after it.
     async fn increment(
         &self,
         batch: &[Increment],
         policy: IncrementPolicy,
-    ) -> Result<Vec<u64>, StoreError>;
+    ) -> Result<Vec<u64>, StoreError> {
+        let work = Work::Count {
+            items: batch.to_vec(),
+            policy,
+        };
+        let reply = self.execute(&work, None).await;
+        reply
+            .answers
+            .into_iter()
+            .map(|a| match a? {
+                Answer::Count(n) => Ok(n),
+                other => Err(unexpected(&other)),
+            })
+            .collect()
+    }
 
-    /// Decides every check of `batch` at the store's time and, iff every
-    /// binding check is admitted, commits the admitted costs: all or
-    /// nothing. Checks on one key see each other in batch order. Where the
-    /// store cannot commit the batch in one atomic step (keys on several
-    /// Redis Cluster slots) it says how far it can be off in its doc.
+    /// [`StoreExt::check_with`] with [`Commit::IfAllPass`].
     async fn check(&self, batch: &[Check]) -> Result<CheckReply, StoreError> {
         self.check_with(batch, Commit::IfAllPass).await
     }
 
-    /// [`Store::check`] with the commit decided by `commit`: with
-    /// [`Commit::Never`] every check is decided and nothing is taken (the
-    /// request was refused elsewhere).
-    async fn check_with(&self, batch: &[Check], commit: Commit) -> Result<CheckReply, StoreError>;
+    /// Decides `batch`; with [`Commit::Never`] nothing is taken.
+    async fn check_with(&self, batch: &[Check], commit: Commit) -> Result<CheckReply, StoreError> {
+        let work = Work::Check {
+            items: batch.to_vec(),
+            commit,
+        };
+        let reply = self.execute(&work, None).await;
+        let results = reply
+            .answers
+            .into_iter()
+            .map(|a| match a? {
+                Answer::Checked(c) => Ok(c),
+                other => Err(unexpected(&other)),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(CheckReply {
+            results,
+            committed: reply.committed,
+        })
+    }
 }
 
-/// Whether a [`Store::check_with`] may commit.
+impl<S: Store + ?Sized> StoreExt for S {}
+
+fn unexpected(answer: &Answer) -> StoreError {
+    StoreError::new(
+        StoreErrorKind::Rejected,
+        format!("a store answered {answer:?} for the wrong kind of work"),
+    )
+}
+
+/// Whether a [`Work::Check`] may commit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Commit {
     /// Commit iff every binding check passes.

@@ -18,7 +18,7 @@
 //! whose descriptors are on several slots (or on the main and the
 //! per-second Redis) is **reserved, then refunded**: every slot's script runs
 //! concurrently and commits its own part if that part passes; if any part
-//! failed, the parts that committed are sent a refund (the same costs taken
+//! was refused, the parts that committed are sent a refund (the same costs taken
 //! back, and the sliding log's entries removed by name). Bound: a request
 //! that is refused holds its cost on the other slots' limits for one round
 //! trip (concurrent requests can be denied meanwhile: at most the cost of
@@ -34,9 +34,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{coalesce, one, Backend, Node, RedisStore};
+use tokio::time::Instant;
+
+use super::{coalesce, one, until, Backend, Node, RedisStore};
 use crate::limiter::Decision;
-use crate::store::{Check, CheckReply, Checked, CheckedLimit, Commit, StoreError, StoreErrorKind};
+use crate::store::{
+    Answer, Check, Checked, CheckedLimit, Commit, Reply, StoreError, StoreErrorKind,
+};
 
 /// Fields per check in ARGV.
 const FIELDS: usize = 6;
@@ -134,12 +138,19 @@ impl coalesce::Batch for AlgorithmCalls {
 
 impl Node {
     /// One group: coalesced with others on a single node, alone on a
-    /// Cluster slot.
-    pub(super) async fn run_algorithms(&self, group: Group) -> Result<Vec<i64>, StoreError> {
-        match &self.algorithms {
-            Some(c) => c.run(group).await,
-            None => one(AlgorithmCalls::call(&self.backend, vec![group]).await),
-        }
+    /// Cluster slot; given up at `deadline`.
+    pub(super) async fn run_algorithms(
+        &self,
+        group: Group,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<i64>, StoreError> {
+        let call = async {
+            match &self.algorithms {
+                Some(c) => c.run(group).await,
+                None => one(AlgorithmCalls::call(&self.backend, vec![group]).await),
+            }
+        };
+        until(deadline, call).await
     }
 }
 
@@ -195,22 +206,29 @@ fn decision(c: &Check, row: &[i64], now_us: i64) -> Checked {
 }
 
 fn malformed(what: &str) -> StoreError {
-    StoreError {
-        kind: StoreErrorKind::Rejected,
-        message: format!("unexpected reply from the algorithms script: {what}"),
-    }
+    StoreError::new(
+        StoreErrorKind::Rejected,
+        format!("unexpected reply from the algorithms script: {what}"),
+    )
 }
 
+/// Decides `batch`, one script call per node. A node that fails fails its
+/// own checks only; a part refused by a node that answered has the other
+/// parts refunded. A failed part does not refund the others (its checks are
+/// answered by their failure policies, not refused), so during a partial
+/// outage a request that the policy then refuses can stay counted on the
+/// healthy nodes: at most its cost per limit, until their windows end.
 pub(super) async fn check(
     store: &RedisStore,
     batch: &[Check],
     commit: Commit,
-) -> Result<CheckReply, StoreError> {
+    deadline: Option<Instant>,
+) -> Reply {
     if batch.is_empty() {
-        return Ok(CheckReply {
-            results: Vec::new(),
+        return Reply {
+            answers: Vec::new(),
             committed: true,
-        });
+        };
     }
     let groups = store.group_by_node(batch.iter().map(|c| {
         let one_second =
@@ -232,62 +250,65 @@ pub(super) async fn check(
     };
     let calls = parts.iter().map(|part| {
         let group = part.group(mode, &nonce, 0, None);
-        store.node(part.per_second).run_algorithms(group)
+        store.node(part.per_second).run_algorithms(group, deadline)
     });
     let replies = futures::future::join_all(calls).await;
 
-    let mut results: Vec<Option<Checked>> = vec![None; batch.len()];
+    let mut results: Vec<Result<Checked, StoreError>> =
+        vec![Err(malformed("a check without an answer")); batch.len()];
     let mut committed_parts = Vec::new();
-    let mut all_committed = true;
-    let mut first_error = None;
+    let mut refused = false;
     for (part, reply) in parts.iter().zip(replies) {
+        // `call` checked the length; this guards the indexing below.
+        let reply = reply.and_then(|r| {
+            if r.len() == 2 + 5 * part.positions.len() {
+                Ok(r)
+            } else {
+                Err(malformed("wrong length"))
+            }
+        });
         let reply = match reply {
             Ok(r) => r,
             Err(e) => {
-                all_committed = false;
-                first_error.get_or_insert(e);
+                for &i in &part.positions {
+                    results[i] = Err(e.clone());
+                }
                 continue;
             }
         };
-        // `call` checked the length; this guards the indexing below.
-        if reply.len() != 2 + 5 * part.positions.len() {
-            all_committed = false;
-            first_error.get_or_insert(malformed("wrong length"));
-            continue;
-        }
         let (now_us, committed) = (reply[0], reply[1] == 1);
         for (&i, row) in part.positions.iter().zip(reply[2..].chunks(5)) {
-            results[i] = Some(decision(&batch[i], row, now_us));
+            results[i] = Ok(decision(&batch[i], row, now_us));
         }
         if committed {
             committed_parts.push((part, now_us));
         } else {
-            all_committed = false;
+            refused = true;
         }
     }
-    if !all_committed && parts.len() > 1 {
-        refund(store, &committed_parts, &results, &nonce).await;
+    if refused && parts.len() > 1 {
+        refund(store, &committed_parts, &results, &nonce, deadline).await;
     }
-    if let Some(e) = first_error {
-        return Err(e);
-    }
-    let results = results
+    // What the nodes that answered did; a failed node's checks are answered
+    // by their policies above this store.
+    let all_committed = !refused;
+    let answers = results
         .into_iter()
         .zip(batch)
         .map(|(r, c)| {
-            let mut r = r.ok_or_else(|| malformed("a check without an answer"))?;
-            if all_committed && r.decision.is_allowed() {
+            let mut r = r?;
+            if !refused && r.decision.is_allowed() {
                 if let CheckedLimit::OriginalWindow { .. } = c.limit {
                     r.count = r.count.saturating_add(c.cost);
                 }
             }
-            Ok(r)
+            Ok(Answer::Checked(r))
         })
-        .collect::<Result<Vec<_>, StoreError>>()?;
-    Ok(CheckReply {
-        results,
+        .collect();
+    Reply {
+        answers,
         committed: all_committed,
-    })
+    }
 }
 
 /// Takes back what the committed parts of a refused request took. A
@@ -296,8 +317,9 @@ pub(super) async fn check(
 async fn refund(
     store: &RedisStore,
     committed: &[(&Part<'_>, i64)],
-    results: &[Option<Checked>],
+    results: &[Result<Checked, StoreError>],
     nonce: &str,
+    deadline: Option<Instant>,
 ) {
     let calls = committed.iter().filter_map(|(part, now_us)| {
         let taken: Vec<usize> = part
@@ -305,14 +327,14 @@ async fn refund(
             .iter()
             .copied()
             .filter(|&i| {
-                part.batch[i].cost > 0 && results[i].is_some_and(|r| r.decision.is_allowed())
+                part.batch[i].cost > 0 && results[i].as_ref().is_ok_and(|r| r.decision.is_allowed())
             })
             .collect();
         if taken.is_empty() {
             return None;
         }
         let group = part.group("refund", nonce, now_us.max(&0).unsigned_abs(), Some(&taken));
-        Some(store.node(part.per_second).run_algorithms(group))
+        Some(store.node(part.per_second).run_algorithms(group, deadline))
     });
     for result in futures::future::join_all(calls).await {
         if let Err(e) = result {

@@ -63,10 +63,7 @@ impl<B: Batch> std::fmt::Debug for Coalescer<B> {
 }
 
 fn gone() -> StoreError {
-    StoreError {
-        kind: StoreErrorKind::Unavailable,
-        message: "redis store is shutting down".into(),
-    }
+    StoreError::new(StoreErrorKind::Unavailable, "redis store is shutting down")
 }
 
 impl<B: Batch> Coalescer<B> {
@@ -102,6 +99,13 @@ impl<B: Batch> Coalescer<B> {
                         }
                     }
                 }
+                // A caller that stopped waiting (its deadline passed while
+                // the node was slow) is not sent: nothing it no longer
+                // waits for is counted later.
+                jobs.retain(|j| !j.reply.is_closed());
+                if jobs.is_empty() {
+                    continue;
+                }
                 let batch = Arc::clone(&batch);
                 tokio::spawn(async move {
                     let (items, replies): (Vec<_>, Vec<_>) =
@@ -115,11 +119,10 @@ impl<B: Batch> Coalescer<B> {
                             }
                         }
                         Ok(_) => {
-                            let e = StoreError {
-                                kind: StoreErrorKind::Rejected,
-                                message: "a script call answered the wrong number of decisions"
-                                    .into(),
-                            };
+                            let e = StoreError::new(
+                                StoreErrorKind::Rejected,
+                                "a script call answered the wrong number of decisions",
+                            );
                             for reply in replies {
                                 let _ = reply.send(Err(e.clone()));
                             }

@@ -19,7 +19,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use super::url::{self, Credentials, Target, UrlError};
 use super::{Backend, Node, RedisStore};
 use crate::settings::{ClientTlsSettings, RedisSettings};
-use crate::store::{StoreError, StoreErrorKind};
+use crate::store::{NodeId, StoreError, StoreErrorKind};
 
 /// TLS files for Redis connections.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -125,7 +125,10 @@ impl RedisOptions {
         };
         let mut conn = ConnectionConfig {
             connection_timeout: self.timeout,
-            internal_command_timeout: self.timeout,
+            // Cluster topology reads and the like: a refresh that asked a
+            // hung primary must give up soon and try another node, or a
+            // failover is followed only after REDIS_TIMEOUT.
+            internal_command_timeout: self.timeout.min(INTERNAL_COMMAND_TIMEOUT),
             ..ConnectionConfig::default()
         };
         conn.tcp.nodelay = Some(true);
@@ -143,6 +146,9 @@ impl RedisOptions {
     }
 }
 
+/// The longest a command of the client's own (topology, `PING`) may wait.
+const INTERNAL_COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Connections per node actually opened for `REDIS_POOL_SIZE`. The
 /// original's pool serves one command per connection at a time, so it needs
 /// many; fred pipelines every caller's commands on each connection, and more
@@ -155,10 +161,7 @@ fn effective_pool_size(configured: i64) -> usize {
 }
 
 fn tls_error(what: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError {
-        kind: StoreErrorKind::Rejected,
-        message: format!("Redis TLS {what}: {e}"),
-    }
+    StoreError::new(StoreErrorKind::Rejected, format!("Redis TLS {what}: {e}"))
 }
 
 fn tls_config(t: &RedisTls) -> Result<TlsConfig, StoreError> {
@@ -287,10 +290,10 @@ async fn connect_one(options: &RedisOptions, retry: StartupRetry) -> Result<Back
             pool.init().await.map_err(|e| super::store_error(&e))?;
             let pong: String = pool.ping(None).await.map_err(|e| super::store_error(&e))?;
             if pong != "PONG" {
-                return Err(StoreError {
-                    kind: StoreErrorKind::Rejected,
-                    message: format!("unexpected PING reply {pong:?}"),
-                });
+                return Err(StoreError::new(
+                    StoreErrorKind::Rejected,
+                    format!("unexpected PING reply {pong:?}"),
+                ));
             }
             Ok(())
         };
@@ -300,6 +303,7 @@ async fn connect_one(options: &RedisOptions, retry: StartupRetry) -> Result<Back
                 return Ok(Backend {
                     pool,
                     clustered,
+                    name: NodeId(options.display.clone()),
                     script: Script::from_lua(super::scripts::FIXED_WINDOW),
                     algorithms: Script::from_lua(super::scripts::ALGORITHMS),
                 });
@@ -310,13 +314,13 @@ async fn connect_one(options: &RedisOptions, retry: StartupRetry) -> Result<Back
                 }
                 let elapsed = started.elapsed();
                 if !retry.max_elapsed.is_zero() && elapsed >= retry.max_elapsed {
-                    return Err(StoreError {
-                        kind: e.kind,
-                        message: format!(
+                    return Err(StoreError::new(
+                        e.kind,
+                        format!(
                             "timed out waiting for Redis connection to {} after {:?}: {}",
                             options.display, elapsed, e.message
                         ),
-                    });
+                    ));
                 }
                 tracing::warn!(
                     "Redis {} not ready ({}); retrying in {:?}",
@@ -346,5 +350,10 @@ pub async fn connect(
         None => None,
     };
     let main = Node::new(connect_one(main, retry).await?);
-    Ok(RedisStore { main, per_second })
+    Ok(RedisStore {
+        main,
+        per_second,
+        routes: Default::default(),
+        resynced_at: Default::default(),
+    })
 }

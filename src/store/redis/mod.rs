@@ -10,6 +10,15 @@
 //! With `REDIS_PERSECOND`, counters of one-second windows go to their own
 //! Redis, as in the original.
 //!
+//! Failure: each node's items fail on their own. A call to a node that is
+//! not connected fails at once (fred's fail-fast), and the caller stops
+//! waiting for a node at the batch's deadline; either way only the items
+//! that node serves get the error, so the resilience layers can answer
+//! them by their rules' failure policies while the other nodes' answers
+//! stand. [`Store::node_of`] names the node (the Cluster primary that owns
+//! the key's slot, from fred's routing table, so after a failover the new
+//! primary is a new node).
+//!
 //! Atomicity: all counters of a request on one node are decided in one
 //! script. With `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` and counters on
 //! several nodes (slots, or main and per-second Redis), the values are read
@@ -25,15 +34,19 @@ pub mod scripts;
 pub mod url;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use fred::clients::Pool;
-use fred::interfaces::{ClientLike, EventInterface};
+use fred::interfaces::{ClientLike, ClusterInterface, EventInterface, LuaInterface};
+use fred::types::config::Options;
 use fred::types::scripts::Script;
 use fred::types::Value;
+use parking_lot::RwLock;
+use tokio::time::Instant;
 
 use super::{
-    Check, CheckReply, Commit, Increment, IncrementPolicy, Store, StoreError, StoreErrorKind,
+    Answer, Increment, IncrementPolicy, NodeId, Reply, Store, StoreError, StoreErrorKind, Work,
 };
 
 pub use connect::{connect, RedisOptions, StartupRetry};
@@ -43,6 +56,8 @@ pub use connect::{connect, RedisOptions, StartupRetry};
 struct Backend {
     pool: Pool,
     clustered: bool,
+    /// The node's name off a cluster (its masked address).
+    name: NodeId,
     script: Script,
     /// The opt-in algorithms ([`algorithms`]).
     algorithms: Script,
@@ -75,19 +90,46 @@ impl Node {
     }
 
     /// One fixed-window decision: each key's value after it.
-    async fn run(&self, decision: WindowDecision) -> Result<Vec<u64>, StoreError> {
-        match &self.windows {
-            Some(c) => c.run(decision).await,
-            None => one(self.backend.run_windows(vec![decision]).await),
-        }
+    async fn run(
+        &self,
+        decision: WindowDecision,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<u64>, StoreError> {
+        let call = async {
+            match &self.windows {
+                Some(c) => c.run(decision).await,
+                None => one(self.backend.run_windows(vec![decision]).await),
+            }
+        };
+        until(deadline, call).await
+    }
+}
+
+/// `call`, given up at `deadline`: then a [`StoreErrorKind::Timeout`].
+/// A call already sent still runs on the server; one still queued for a
+/// coalesced call is dropped (see `coalesce`).
+async fn until<T>(
+    deadline: Option<Instant>,
+    call: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    match deadline {
+        None => call.await,
+        Some(at) => tokio::time::timeout_at(at, call).await.unwrap_or_else(|_| {
+            Err(StoreError::new(
+                StoreErrorKind::Timeout,
+                super::DEADLINE_EXCEEDED,
+            ))
+        }),
     }
 }
 
 /// The only answer of a one-item call.
 fn one<T>(answers: Result<Vec<T>, StoreError>) -> Result<T, StoreError> {
-    answers?.pop().ok_or_else(|| StoreError {
-        kind: StoreErrorKind::Rejected,
-        message: "a script call answered no decision".into(),
+    answers?.pop().ok_or_else(|| {
+        StoreError::new(
+            StoreErrorKind::Rejected,
+            "a script call answered no decision",
+        )
     })
 }
 
@@ -128,6 +170,22 @@ impl coalesce::Batch for WindowCalls {
 pub struct RedisStore {
     main: Node,
     per_second: Option<Node>,
+    /// Off a cluster nothing; on one, slot ranges → primary, refreshed from
+    /// fred's routing table at most every [`ROUTES_MAX_AGE`].
+    routes: RwLock<Routes>,
+    /// When the cluster topology was last asked for again after a failure.
+    resynced_at: parking_lot::Mutex<Option<Instant>>,
+}
+
+/// How stale the slot → primary table behind [`Store::node_of`] may get.
+/// fred follows a failover itself (MOVED, resync); this only names breakers.
+const ROUTES_MAX_AGE: Duration = Duration::from_secs(1);
+
+/// Slot ranges of a cluster and their primaries.
+#[derive(Debug, Default)]
+struct Routes {
+    read_at: Option<Instant>,
+    ranges: Vec<(u16, u16, NodeId)>,
 }
 
 fn store_error(e: &fred::error::Error) -> StoreError {
@@ -144,7 +202,17 @@ fn store_error(e: &fred::error::Error) -> StoreError {
     } else {
         e.details().to_string()
     };
-    StoreError { kind, message }
+    StoreError::new(kind, message)
+}
+
+/// Every script call fails at once while its connection is down instead of
+/// waiting for the reconnection: a refused or reset connection is a failure
+/// now, for the failure policies to answer.
+fn fail_fast() -> Options {
+    Options {
+        fail_fast: true,
+        ..Options::default()
+    }
 }
 
 impl Backend {
@@ -191,15 +259,29 @@ impl Backend {
         V::Error: Into<fred::error::Error> + Send,
     {
         let client = self.pool.next();
-        let values: Vec<i64> = script
-            .evalsha_with_reload(client, keys, argv)
-            .await
-            .map_err(|e| store_error(&e))?;
+        let argv: fred::types::MultipleValues =
+            argv.try_into().map_err(|e| store_error(&e.into()))?;
+        let options = fail_fast();
+        let sent = client
+            .with_options(&options)
+            .evalsha(script.sha1().clone(), keys.clone(), argv.clone())
+            .await;
+        let values: Vec<i64> = match sent {
+            Err(e) if e.details().starts_with("NOSCRIPT") => {
+                script.load(client).await.map_err(|e| store_error(&e))?;
+                client
+                    .with_options(&options)
+                    .evalsha(script.sha1().clone(), keys, argv)
+                    .await
+            }
+            other => other,
+        }
+        .map_err(|e| store_error(&e))?;
         if values.len() != sizes.iter().sum::<usize>() {
-            return Err(StoreError {
-                kind: StoreErrorKind::Rejected,
-                message: format!("unexpected reply from the {what} script"),
-            });
+            return Err(StoreError::new(
+                StoreErrorKind::Rejected,
+                format!("unexpected reply from the {what} script"),
+            ));
         }
         let mut values = values.into_iter();
         Ok(sizes
@@ -256,14 +338,16 @@ impl RedisStore {
     }
 
     /// Runs `mode` for every group concurrently; `hits[i]` overrides the
-    /// batch's hits. Returns values in batch order.
+    /// batch's hits. Returns values in batch order; a group that failed
+    /// fails only its own items.
     async fn run_groups(
         &self,
         mode: &'static str,
         batch: &[Increment],
         groups: &Groups,
         hits: &[u64],
-    ) -> Result<Vec<u64>, StoreError> {
+        deadline: Option<Instant>,
+    ) -> Vec<Result<u64, StoreError>> {
         let decision_of = |positions: &[usize]| WindowDecision {
             mode,
             keys: positions.iter().map(|&i| batch[i].key.clone()).collect(),
@@ -275,20 +359,146 @@ impl RedisStore {
         // One node (the common case): no join, no reordering.
         if let Some(((per_second, _), positions)) = groups.first() {
             if groups.len() == 1 && positions.len() == batch.len() {
-                return self.node(*per_second).run(decision_of(positions)).await;
+                let node = self.node(*per_second);
+                return match node.run(decision_of(positions), deadline).await {
+                    Ok(values) => values.into_iter().map(Ok).collect(),
+                    Err(e) => vec![Err(e); batch.len()],
+                };
             }
         }
-        let calls = groups
-            .iter()
-            .map(|((per_second, _), positions)| self.node(*per_second).run(decision_of(positions)));
+        let calls = groups.iter().map(|((per_second, _), positions)| {
+            self.node(*per_second).run(decision_of(positions), deadline)
+        });
         let results = futures::future::join_all(calls).await;
-        let mut out = vec![0; batch.len()];
+        let mut out = vec![Ok(0); batch.len()];
         for ((_, positions), result) in groups.iter().zip(results) {
-            for (&i, v) in positions.iter().zip(result?) {
-                out[i] = v;
+            match result {
+                Ok(values) => {
+                    for (&i, v) in positions.iter().zip(values) {
+                        out[i] = Ok(v);
+                    }
+                }
+                Err(e) => {
+                    for &i in positions {
+                        out[i] = Err(e.clone());
+                    }
+                }
             }
         }
-        Ok(out)
+        out
+    }
+
+    /// The original's windows, per item.
+    async fn count(
+        &self,
+        batch: &[Increment],
+        policy: IncrementPolicy,
+        deadline: Option<Instant>,
+    ) -> Vec<Result<u64, StoreError>> {
+        if batch.is_empty() {
+            return Vec::new();
+        }
+        let groups = self.groups(batch);
+        let hits: Vec<u64> = batch.iter().map(|i| i.hits).collect();
+        match policy {
+            IncrementPolicy::Always => {
+                self.run_groups("always", batch, &groups, &hits, deadline)
+                    .await
+            }
+            IncrementPolicy::OnlyIfNoneWouldExceed if groups.len() == 1 => {
+                self.run_groups("stop", batch, &groups, &hits, deadline)
+                    .await
+            }
+            IncrementPolicy::OnlyIfNoneWouldExceed => {
+                let current = self
+                    .run_groups("read", batch, &groups, &hits, deadline)
+                    .await;
+                // A counter that could not be read cannot say it would
+                // exceed; it fails again below, on its own.
+                let exceeds: Vec<bool> = batch
+                    .iter()
+                    .zip(&current)
+                    .map(|(inc, c)| {
+                        c.as_ref()
+                            .is_ok_and(|&c| c.saturating_add(inc.hits) > inc.limit)
+                    })
+                    .collect();
+                let any = exceeds.iter().any(|&e| e);
+                let hits: Vec<u64> = batch
+                    .iter()
+                    .zip(&exceeds)
+                    .map(|(inc, &e)| if !any || e { inc.hits } else { 0 })
+                    .collect();
+                self.run_groups("always", batch, &groups, &hits, deadline)
+                    .await
+            }
+        }
+    }
+
+    /// After a failed call on a cluster, asks for the topology again (at most
+    /// once per [`ROUTES_MAX_AGE`], in the background): a paused or dead
+    /// primary sends no MOVED, so without this the client would keep routing
+    /// its slots to it after its replica has taken over. A node that keeps
+    /// failing is asked about every second until the cluster has failed
+    /// over, then its slots go to the new primary (a new node, with a
+    /// closed breaker).
+    fn resync_soon(&self) {
+        if !self.main.backend.clustered {
+            return;
+        }
+        {
+            let mut at = self.resynced_at.lock();
+            if at.is_some_and(|t| t.elapsed() < ROUTES_MAX_AGE) {
+                return;
+            }
+            *at = Some(Instant::now());
+        }
+        self.routes.write().read_at = None;
+        let pool = self.main.backend.pool.clone();
+        tokio::spawn(async move {
+            for client in pool.clients() {
+                if let Err(e) = client.sync_cluster().await {
+                    tracing::debug!(error = %e, "cluster topology refresh failed; retried on the next failure");
+                }
+            }
+        });
+    }
+
+    /// The primary that owns `slot`, from a routing table at most
+    /// [`ROUTES_MAX_AGE`] old.
+    fn primary_of(&self, slot: u16) -> Option<NodeId> {
+        let find = |routes: &Routes| {
+            routes
+                .ranges
+                .iter()
+                .find(|(start, end, _)| (*start..=*end).contains(&slot))
+                .map(|(_, _, node)| node.clone())
+        };
+        {
+            let routes = self.routes.read();
+            if routes
+                .read_at
+                .is_some_and(|at| at.elapsed() < ROUTES_MAX_AGE)
+            {
+                return find(&routes);
+            }
+        }
+        let mut routes = self.routes.write();
+        if let Some(state) = self.main.backend.pool.next().cached_cluster_state() {
+            routes.ranges = state
+                .slots()
+                .iter()
+                .map(|r| {
+                    (
+                        r.start,
+                        r.end,
+                        NodeId(format!("{}:{}", r.primary.host, r.primary.port)),
+                    )
+                })
+                .collect();
+        }
+        routes.read_at = Some(Instant::now());
+        find(&routes)
     }
 
     /// Calls `on_change(false)` when a connection to Redis fails and
@@ -329,40 +539,38 @@ impl RedisStore {
 
 #[async_trait]
 impl Store for RedisStore {
-    async fn increment(
-        &self,
-        batch: &[Increment],
-        policy: IncrementPolicy,
-    ) -> Result<Vec<u64>, StoreError> {
-        if batch.is_empty() {
-            return Ok(Vec::new());
-        }
-        let groups = self.groups(batch);
-        let hits: Vec<u64> = batch.iter().map(|i| i.hits).collect();
-        match policy {
-            IncrementPolicy::Always => self.run_groups("always", batch, &groups, &hits).await,
-            IncrementPolicy::OnlyIfNoneWouldExceed if groups.len() == 1 => {
-                self.run_groups("stop", batch, &groups, &hits).await
+    async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
+        let reply = match work {
+            Work::Count { items, policy } => Reply {
+                answers: self
+                    .count(items, *policy, deadline)
+                    .await
+                    .into_iter()
+                    .map(|r| r.map(Answer::Count))
+                    .collect(),
+                committed: true,
+            },
+            Work::Check { items, commit } => {
+                algorithms::check(self, items, *commit, deadline).await
             }
-            IncrementPolicy::OnlyIfNoneWouldExceed => {
-                let current = self.run_groups("read", batch, &groups, &hits).await?;
-                let exceeds: Vec<bool> = batch
-                    .iter()
-                    .zip(&current)
-                    .map(|(inc, &c)| c.saturating_add(inc.hits) > inc.limit)
-                    .collect();
-                let any = exceeds.iter().any(|&e| e);
-                let hits: Vec<u64> = batch
-                    .iter()
-                    .zip(&exceeds)
-                    .map(|(inc, &e)| if !any || e { inc.hits } else { 0 })
-                    .collect();
-                self.run_groups("always", batch, &groups, &hits).await
-            }
+        };
+        let unreachable = |a: &Result<Answer, StoreError>| {
+            a.as_ref()
+                .is_err_and(|e| e.kind != StoreErrorKind::Rejected)
+        };
+        if reply.answers.iter().any(unreachable) {
+            self.resync_soon();
         }
+        reply
     }
 
-    async fn check_with(&self, batch: &[Check], commit: Commit) -> Result<CheckReply, StoreError> {
-        algorithms::check(self, batch, commit).await
+    fn node_of(&self, key: &str, one_second: bool) -> Option<NodeId> {
+        let per_second = self.per_second.is_some() && one_second;
+        let backend = &self.node(per_second).backend;
+        if backend.clustered {
+            self.primary_of(fred::util::redis_keyslot(key.as_bytes()))
+        } else {
+            Some(backend.name.clone())
+        }
     }
 }

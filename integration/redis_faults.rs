@@ -1,0 +1,450 @@
+//! When Redis cannot answer: real faults on real processes (a redis-server
+//! paused with SIGSTOP, killed and restarted on its port; a cluster primary
+//! paused until its replica takes over), against the real service binary.
+//!
+//! What each test shows: how long a call takes during the fault, per
+//! `failure_mode` (`error` fails the call as the original does, `closed`
+//! denies, `open` admits exactly its local floor per instance); that the
+//! breaker stops sending to a failing node and says so once; and that the
+//! service answers from Redis again afterwards without a restart.
+//!
+//! Latency bounds are asserted loosely (well under `REDIS_TIMEOUT`, which is
+//! what a call waited before): these machines are shared. The measured
+//! times are printed.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use support::redis::{RedisCluster, RedisServer};
+use support::*;
+
+const OK: i32 = 1;
+const OVER: i32 = 2;
+
+const RULES: &str = "
+domain: f
+descriptors:
+  - key: open
+    rate_limit: {unit: hour, requests_per_unit: 100, failure_mode: open, fallback_requests_per_unit: 5}
+  - key: closed
+    rate_limit: {unit: hour, requests_per_unit: 100, failure_mode: closed}
+  - key: error
+    rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: bucket
+    rate_limit: {unit: minute, requests_per_unit: 60, algorithm: token_bucket, failure_mode: open}
+";
+
+/// What a call during a fault may take at most: far below the 10 s
+/// `REDIS_TIMEOUT` a call waited before the deadline existed, and loose
+/// enough for a loaded machine.
+const LOOSE_BOUND: Duration = Duration::from_secs(3);
+
+type Answer = Result<RateLimitResponse, tonic::Status>;
+
+struct Timed {
+    svc: Service,
+    client: envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>,
+    /// Call times during the fault, by mode.
+    times: Vec<(&'static str, Duration)>,
+}
+
+impl Timed {
+    async fn new(svc: Service) -> Timed {
+        let client = svc.client().await;
+        Timed {
+            svc,
+            client,
+            times: Vec::new(),
+        }
+    }
+
+    async fn send(&mut self, mode: &'static str, req: RateLimitRequest) -> Answer {
+        let started = Instant::now();
+        let answer = call(&mut self.client, req).await;
+        self.times.push((mode, started.elapsed()));
+        answer
+    }
+
+    /// One descriptor `(key, value)` of domain `f`.
+    async fn one(&mut self, key: &'static str, value: &str) -> Answer {
+        self.send(key, request("f", vec![desc(&[(key, value)])]))
+            .await
+    }
+
+    /// Per mode: calls, median and largest time; and the largest of all.
+    fn report(&self, what: &str) -> Duration {
+        let mut modes: Vec<&str> = self.times.iter().map(|(m, _)| *m).collect();
+        modes.sort_unstable();
+        modes.dedup();
+        for mode in modes {
+            let mut t: Vec<Duration> = self
+                .times
+                .iter()
+                .filter(|(m, _)| *m == mode)
+                .map(|(_, d)| *d)
+                .collect();
+            t.sort_unstable();
+            println!(
+                "{what}: {mode}: {} calls, p50 {:?}, max {:?}",
+                t.len(),
+                t[t.len() / 2],
+                t[t.len() - 1]
+            );
+        }
+        self.times.iter().map(|(_, d)| *d).max().unwrap_or_default()
+    }
+}
+
+fn redis_env(url: &str) -> Vec<(&str, &str)> {
+    vec![
+        ("BACKEND_TYPE", "redis"),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", url),
+        ("EXPIRATION_JITTER_MAX_SECONDS", "0"),
+        ("REDIS_STARTUP_INITIAL_INTERVAL", "100ms"),
+        ("STORE_TIMEOUT", "50ms"),
+    ]
+}
+
+fn code(a: &Answer) -> i32 {
+    a.as_ref().map_or(-1, |r| r.statuses[0].code)
+}
+
+fn remaining(a: &Answer) -> u32 {
+    a.as_ref()
+        .map_or(u32::MAX, |r| r.statuses[0].limit_remaining)
+}
+
+fn reset_secs(a: &Answer) -> i64 {
+    a.as_ref()
+        .ok()
+        .and_then(|r| r.statuses[0].duration_until_reset)
+        .map_or(-1, |d| d.seconds)
+}
+
+/// The statsd name of the breaker gauge of `addr`.
+fn breaker(addr: &str) -> String {
+    let node: String = addr
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("ratelimit.store.breaker.{node}.open")
+}
+
+fn hour_window() -> u64 {
+    wait_for_fresh_window(3600, 60);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    now - now % 3600
+}
+
+/// Redis paused: every mode answers within the deadline, the breaker
+/// opens after 5 failures and sends nothing more, `open` admits exactly
+/// its floor, and after SIGCONT the service counts on Redis again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_redis_is_answered_by_each_rules_failure_mode() {
+    let redis = RedisServer::start();
+    let addr = redis.addr();
+    let window = hour_window();
+    let svc = Service::start(&[("rules.yaml", RULES)], &redis_env(&addr));
+    let mut t = Timed::new(svc).await;
+    assert_eq!(code(&t.one("error", "a").await), OK);
+    assert_eq!(remaining(&t.one("open", "a").await), 99);
+    t.times.clear();
+
+    redis.pause();
+    // Before the breaker opens each call waits out the 50 ms deadline:
+    // never less (the deadline is not cut short), never the 10 s REDIS_TIMEOUT.
+    for _ in 0..2 {
+        let started = Instant::now();
+        let e = t
+            .one("error", "a")
+            .await
+            .expect_err("error mode fails the call");
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        assert_eq!(e.code(), tonic::Code::Unknown);
+        assert_eq!(e.message(), "context deadline exceeded");
+    }
+    let denied = t.one("closed", "a").await;
+    assert_eq!(code(&denied), OVER, "closed denies");
+    assert!(reset_secs(&denied) >= 1, "with a retry of at least 1 s");
+    // Exactly the floor (5) of the open rule, counted from the outage's
+    // start, then refusals; the breaker opens on the way (5th failure).
+    let mut admitted = 0;
+    for i in 0..8 {
+        let a = t.one("open", "a").await;
+        match code(&a) {
+            OK => {
+                admitted += 1;
+                assert_eq!(remaining(&a), 4 - i, "the floor's own remaining");
+            }
+            OVER => assert_eq!(remaining(&a), 0),
+            other => panic!("open rule answered {other}: {a:?}"),
+        }
+    }
+    assert_eq!(admitted, 5, "exactly the floor");
+    assert!(
+        t.svc.stat(&breaker(&addr)) == 1,
+        "breaker open after 5 failures"
+    );
+    // Open breaker: answered at once, by mode.
+    let e = t.one("error", "b").await.expect_err("error mode");
+    assert!(
+        e.message().contains("circuit breaker open"),
+        "{}",
+        e.message()
+    );
+    let denied = t.one("closed", "b").await;
+    assert_eq!(code(&denied), OVER);
+    assert!(reset_secs(&denied) >= 1);
+    // A token bucket falls back to a bucket of the same shape: 60/min with
+    // a share of 0.1 is a floor of 6 (burst 6).
+    let mut bucket = 0;
+    for _ in 0..10 {
+        if code(&t.one("bucket", "a").await) == OK {
+            bucket += 1;
+        }
+    }
+    assert_eq!(bucket, 6, "token bucket floor");
+    // One request mixing modes: each descriptor its own answer.
+    let mixed = t
+        .send(
+            "mixed",
+            request("f", vec![desc(&[("open", "m")]), desc(&[("closed", "m")])]),
+        )
+        .await
+        .expect("open and closed answer without the store");
+    assert_eq!((mixed.statuses[0].code, mixed.statuses[1].code), (OK, OVER));
+    assert_eq!(mixed.overall_code, OVER);
+    // Health stays up while answering by policy.
+    assert_eq!(t.svc.http("GET", "/healthcheck", b"").status, 200);
+    let slowest = t.report("paused");
+    assert!(slowest < LOOSE_BOUND, "slowest call {slowest:?}");
+    for name in [
+        "ratelimit.store.failure",
+        "ratelimit.store.timeout",
+        "ratelimit.store.circuit_open",
+        "ratelimit.store.fail_closed_denial",
+    ] {
+        assert!(t.svc.stat(name) >= 1, "{name}");
+    }
+    assert_eq!(
+        t.svc.stat("ratelimit.store.fallback_decision"),
+        8 + 10 + 1,
+        "every open item was decided by its floor"
+    );
+    assert_eq!(t.svc.stat("ratelimit.store.fallback_over_limit"), 3 + 4);
+
+    redis.resume();
+    let resumed = Instant::now();
+    let mut back = false;
+    for _ in 0..100 {
+        if code(&t.one("error", "c").await) == OK {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(back, "answered by Redis again without a restart");
+    println!("paused: recovered {:?} after SIGCONT", resumed.elapsed());
+    assert!(t
+        .svc
+        .eventually(Duration::from_secs(5), || t.svc.stat(&breaker(&addr)) == 0));
+    // Counted on Redis again: a fresh key, twice.
+    assert_eq!(remaining(&t.one("open", "z").await), 99);
+    assert_eq!(remaining(&t.one("open", "z").await), 98);
+    assert_eq!(redis.cli(&["GET", &format!("f_open_z_{window}")]), "2");
+    assert!(
+        t.svc
+            .log
+            .try_iter()
+            .filter(|l| l.contains("circuit breaker opened"))
+            .count()
+            <= 1
+    );
+}
+
+/// Redis killed: refused connections fail at once (no deadline to wait
+/// out); restarted on its port: the service finds it again by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_redis_fails_at_once_and_is_found_again_after_a_restart() {
+    let mut redis = RedisServer::start();
+    let addr = redis.addr();
+    let window = hour_window();
+    let svc = Service::start(&[("rules.yaml", RULES)], &redis_env(&addr));
+    let mut t = Timed::new(svc).await;
+    assert_eq!(code(&t.one("closed", "a").await), OK);
+    t.times.clear();
+
+    redis.kill();
+    for _ in 0..5 {
+        assert_eq!(code(&t.one("closed", "a").await), OVER);
+        assert_eq!(code(&t.one("open", "a").await), OK);
+        let e = t.one("error", "a").await.expect_err("error mode");
+        assert_eq!(e.code(), tonic::Code::Unknown);
+    }
+    let slowest = t.report("killed");
+    assert!(slowest < LOOSE_BOUND, "slowest call {slowest:?}");
+
+    redis.restart();
+    let restarted = Instant::now();
+    let mut back = false;
+    for _ in 0..150 {
+        if code(&t.one("error", "b").await) == OK {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(back, "served by Redis again after the restart");
+    println!(
+        "killed: recovered {:?} after the restart",
+        restarted.elapsed()
+    );
+    assert_eq!(remaining(&t.one("closed", "z").await), 99);
+    assert_eq!(redis.cli(&["GET", &format!("f_closed_z_{window}")]), "1");
+}
+
+/// `STORE_BREAKER_FAILURES=0`: no breaker, so every call during the pause
+/// waits out the deadline (and no more).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_breaker_every_call_waits_the_deadline() {
+    let redis = RedisServer::start();
+    let addr = redis.addr();
+    let mut env = redis_env(&addr);
+    env.push(("STORE_BREAKER_FAILURES", "0"));
+    let svc = Service::start(&[("rules.yaml", RULES)], &env);
+    let mut t = Timed::new(svc).await;
+    assert_eq!(code(&t.one("error", "a").await), OK);
+    t.times.clear();
+    redis.pause();
+    for _ in 0..10 {
+        let started = Instant::now();
+        let e = t.one("error", "a").await.expect_err("error mode");
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        assert_eq!(e.message(), "context deadline exceeded");
+    }
+    let slowest = t.report("no breaker");
+    assert!(slowest < LOOSE_BOUND, "slowest call {slowest:?}");
+    assert_eq!(t.svc.stat("ratelimit.store.circuit_open"), 0);
+    assert_eq!(t.svc.stat("ratelimit.store.timeout"), 10);
+    redis.resume();
+}
+
+/// The cluster node that owns `key`'s slot (its client port), read from
+/// `CLUSTER NODES` on `any_port`.
+fn owner(cluster: &RedisCluster, any_port: u16, key: &str) -> u16 {
+    let slot: u16 = cluster
+        .node_cli(any_port, &["CLUSTER", "KEYSLOT", key])
+        .trim()
+        .parse()
+        .expect("a slot");
+    let nodes = cluster.node_cli(any_port, &["CLUSTER", "NODES"]);
+    for line in nodes.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 9 || !f[2].contains("master") {
+            continue;
+        }
+        let port: u16 = f[1]
+            .split(['@', ':'])
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .expect("a port");
+        for range in &f[8..] {
+            let (a, b) = range.split_once('-').unwrap_or((range, range));
+            if let (Ok(a), Ok(b)) = (a.parse::<u16>(), b.parse::<u16>()) {
+                if (a..=b).contains(&slot) {
+                    return port;
+                }
+            }
+        }
+    }
+    panic!("no primary owns slot {slot}: {nodes}");
+}
+
+/// A cluster primary paused: only its keys are answered by policy, the
+/// other primaries' keys are still counted on Redis, and once its replica
+/// has taken over the service routes to the new primary by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_cluster_primary_fails_only_its_keys_until_failover() {
+    let cluster = RedisCluster::start();
+    let seeds = cluster.seeds().join(",");
+    let window = hour_window();
+    let mut env = redis_env(&seeds);
+    env.push(("REDIS_TYPE", "cluster"));
+    let svc = Service::start(&[("rules.yaml", RULES)], &env);
+    let mut t = Timed::new(svc).await;
+
+    // Two values whose keys live on different primaries.
+    let any = cluster.ports()[0];
+    let key_of = |v: &str| format!("f_error_{v}_{window}");
+    let (a, b) = {
+        let first = owner(&cluster, any, &key_of("v0"));
+        let other = (1..64)
+            .map(|i| format!("v{i}"))
+            .find(|v| owner(&cluster, any, &key_of(v)) != first)
+            .expect("a key on another primary");
+        ("v0".to_string(), other)
+    };
+    let (port_a, port_b) = (
+        owner(&cluster, any, &key_of(&a)),
+        owner(&cluster, any, &key_of(&b)),
+    );
+    assert_eq!(code(&t.one("error", &a).await), OK);
+    assert_eq!(code(&t.one("error", &b).await), OK);
+    t.times.clear();
+
+    cluster.pause_node(port_a);
+    let paused = Instant::now();
+    // The paused primary's keys fail (error mode) ...
+    for _ in 0..6 {
+        let e = t.one("error", &a).await.expect_err("on the paused primary");
+        assert_eq!(e.code(), tonic::Code::Unknown);
+    }
+    assert_eq!(
+        t.svc.stat(&breaker(&format!("127.0.0.1:{port_a}"))),
+        1,
+        "the paused primary's breaker is open"
+    );
+    // ... while the other primary's keys are counted on Redis as before.
+    for _ in 0..5 {
+        assert_eq!(code(&t.one("error", &b).await), OK);
+    }
+    assert_eq!(
+        cluster.node_cli(port_b, &["GET", &key_of(&b)]),
+        "6",
+        "counted on its own primary"
+    );
+    assert_eq!(
+        t.svc.stat(&breaker(&format!("127.0.0.1:{port_b}"))),
+        0,
+        "the healthy primary's breaker never opened"
+    );
+    let slowest = t.report("cluster, one primary paused");
+    assert!(slowest < LOOSE_BOUND, "slowest call {slowest:?}");
+
+    // The replica takes over (node timeout 2 s); the service follows.
+    let mut back = false;
+    for _ in 0..300 {
+        if code(&t.one("error", &a).await) == OK {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        back,
+        "the paused primary's keys served by its promoted replica"
+    );
+    println!(
+        "cluster: the paused primary's keys answered by Redis again {:?} after the pause",
+        paused.elapsed()
+    );
+    let new_owner = owner(&cluster, port_b, &key_of(&a));
+    assert_ne!(new_owner, port_a, "a new primary owns the slot");
+    cluster.resume_node(port_a);
+}

@@ -1,0 +1,190 @@
+//! [`Fallback`]: the failure policies. Every item the store could not answer
+//! (a timeout, a refused or reset connection, an open breaker) is answered
+//! by its rule's [`OnFailure`]:
+//!
+//! - `Closed`: denied, with the time until the store is tried again (the
+//!   breaker's next probe) as the retry, at least 1 s;
+//! - `Open { fallback }`: decided by an in-process limiter of the same
+//!   algorithm and window with `fallback` per window (for a token bucket,
+//!   rate and burst scaled alike). Bound: while the store is out, each
+//!   instance admits at most `fallback` per window per key (a token bucket:
+//!   its scaled burst plus its scaled rate), so a fleet of N admits at most
+//!   N × `fallback`; pick the floor as the limit's share per instance. It
+//!   starts empty when the outage starts: what the store had counted is not
+//!   known here;
+//! - `Error`: left failing, so the call fails as the original's does.
+//!
+//! Errors that are the store's answer (a Redis error reply) are not
+//! failures of reachability and are never answered by policy.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use crate::limiter::{Clock, Decision};
+use crate::metrics;
+use crate::store::memory::SweeperGuard;
+use crate::store::{
+    Answer, Check, CheckedLimit, Commit, MemoryStore, NodeId, OnFailure, PolicyAnswer, Reply,
+    Store, StoreError, StoreErrorKind, Work,
+};
+
+/// The shortest retry a fail-closed denial names.
+pub const MIN_CLOSED_RETRY: Duration = Duration::from_secs(1);
+
+/// A store whose unanswered items are answered by their failure policies.
+#[derive(Debug)]
+pub struct Fallback<S> {
+    inner: S,
+    /// The local floors of open rules, by the store's key.
+    floor: Arc<MemoryStore>,
+    _sweeper: SweeperGuard,
+}
+
+impl<S: Store> Fallback<S> {
+    /// `inner` with floors timed by `clock`. Needs a tokio runtime.
+    pub fn new(inner: S, clock: Arc<dyn Clock>) -> Fallback<S> {
+        let floor = Arc::new(MemoryStore::new(clock));
+        let sweeper = floor.spawn_sweeper(Duration::from_secs(1));
+        Fallback {
+            inner,
+            floor,
+            _sweeper: sweeper,
+        }
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+/// The floor's check for item `i` of `work`: the same key, algorithm and
+/// window, with `fallback` as the limit. `None` if that limit cannot be
+/// built (then the item is denied).
+fn floor_check(work: &Work, i: usize, fallback: u64) -> Option<Check> {
+    let (key, cost, limit) = match work {
+        Work::Count { items, .. } => {
+            let c = &items[i];
+            let limit = CheckedLimit::OriginalWindow {
+                limit: fallback,
+                window: c.window,
+                ttl_seconds: c.ttl_seconds,
+            };
+            (&c.key, c.hits, limit)
+        }
+        Work::Check { items, .. } => {
+            let c = &items[i];
+            let limit = match &c.limit {
+                CheckedLimit::OriginalWindow {
+                    window,
+                    ttl_seconds,
+                    ..
+                } => CheckedLimit::OriginalWindow {
+                    limit: fallback,
+                    window: *window,
+                    ttl_seconds: *ttl_seconds,
+                },
+                CheckedLimit::Algorithm(l) => CheckedLimit::Algorithm(l.scaled_to(fallback).ok()?),
+            };
+            (&c.key, c.cost, limit)
+        }
+    };
+    Some(Check {
+        key: key.clone(),
+        limit,
+        cost,
+        binding: false,
+        on_failure: OnFailure::Error,
+    })
+}
+
+fn closed(error: &StoreError) -> Answer {
+    let retry = error.retry_after.unwrap_or_default().max(MIN_CLOSED_RETRY);
+    Answer::ByPolicy(PolicyAnswer {
+        decision: Decision::Deny {
+            retry_after: retry,
+            reset_after: retry,
+        },
+        fell_back: false,
+    })
+}
+
+/// Counts one request's failures by kind.
+fn count_failures(reply: &Reply) {
+    let kinds = reply.answers.iter().filter_map(|a| a.as_ref().err());
+    let (mut failed, mut timed_out, mut open) = (false, false, false);
+    for e in kinds.filter(|e| e.is_transient()) {
+        failed = true;
+        timed_out |= e.kind == StoreErrorKind::Timeout;
+        open |= e.kind == StoreErrorKind::CircuitOpen;
+    }
+    for (hit, name) in [
+        (failed, metrics::STORE_FAILURE),
+        (timed_out, metrics::STORE_TIMEOUT),
+        (open, metrics::STORE_CIRCUIT_OPEN),
+    ] {
+        if hit {
+            ::metrics::counter!(name).increment(1);
+        }
+    }
+}
+
+#[async_trait]
+impl<S: Store> Store for Fallback<S> {
+    async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
+        let mut reply = self.inner.execute(work, deadline).await;
+        if reply.answers.iter().all(Result::is_ok) {
+            return reply;
+        }
+        count_failures(&reply);
+        let mut floors = Vec::new();
+        let mut floor_at = Vec::new();
+        for (i, answer) in reply.answers.iter_mut().enumerate() {
+            let Err(e) = answer else { continue };
+            if !e.is_transient() {
+                continue;
+            }
+            match work.item(i).2 {
+                OnFailure::Error => {}
+                OnFailure::Closed => {
+                    ::metrics::counter!(metrics::STORE_FAIL_CLOSED_DENIAL).increment(1);
+                    *answer = Ok(closed(e));
+                }
+                OnFailure::Open { fallback } => match floor_check(work, i, fallback) {
+                    Some(check) => {
+                        floors.push(check);
+                        floor_at.push(i);
+                    }
+                    None => *answer = Ok(closed(e)),
+                },
+            }
+        }
+        if floors.is_empty() {
+            return reply;
+        }
+        let decided = match self.floor.decide(&floors, Commit::IfAllPass) {
+            Ok(d) => d.results,
+            // The floor of an original window that cannot be built: the
+            // items stay failed.
+            Err(_) => return reply,
+        };
+        for (i, checked) in floor_at.into_iter().zip(decided) {
+            ::metrics::counter!(metrics::STORE_FALLBACK_DECISION).increment(1);
+            if !checked.decision.is_allowed() {
+                ::metrics::counter!(metrics::STORE_FALLBACK_OVER_LIMIT).increment(1);
+            }
+            reply.answers[i] = Ok(Answer::ByPolicy(PolicyAnswer {
+                decision: checked.decision,
+                fell_back: true,
+            }));
+        }
+        reply
+    }
+
+    fn node_of(&self, key: &str, one_second: bool) -> Option<NodeId> {
+        self.inner.node_of(key, one_second)
+    }
+}
