@@ -119,7 +119,10 @@ impl<S: Store> Breaker<S> {
                 }
                 Some(Change::Closed) => {
                     entry.gauge.set(0.0);
-                    tracing::info!(node = %node, "store node answering again: circuit breaker closed");
+                    // At warn, as the opening: the original's default log
+                    // level is warn, and the operator who saw one must see
+                    // the other.
+                    tracing::warn!(node = %node, "store node answering again: circuit breaker closed");
                 }
                 None => {}
             }

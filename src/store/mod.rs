@@ -140,9 +140,16 @@ pub enum OnFailure {
 
 /// The failure domain that serves a key: one Redis server (single,
 /// sentinel's current primary, a Cluster primary). Breakers are kept per
-/// node.
+/// node. Cheap to clone (it is looked up per item of every request).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct NodeId(pub String);
+pub struct NodeId(pub std::sync::Arc<str>);
+
+impl NodeId {
+    /// The node named `name` (its address).
+    pub fn new(name: &str) -> NodeId {
+        NodeId(name.into())
+    }
+}
 
 impl std::fmt::Display for NodeId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

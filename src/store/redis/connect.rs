@@ -303,7 +303,7 @@ async fn connect_one(options: &RedisOptions, retry: StartupRetry) -> Result<Back
                 return Ok(Backend {
                     pool,
                     clustered,
-                    name: NodeId(options.display.clone()),
+                    name: NodeId::new(&options.display),
                     script: Script::from_lua(super::scripts::FIXED_WINDOW),
                     algorithms: Script::from_lua(super::scripts::ALGORITHMS),
                 });

@@ -259,6 +259,9 @@ impl Backend {
         V::Error: Into<fred::error::Error> + Send,
     {
         let client = self.pool.next();
+        // Converted once: the NOSCRIPT retry below clones these, and a
+        // converted key or value clones by reference count, not by copy.
+        let keys: fred::types::MultipleKeys = keys.into();
         let argv: fred::types::MultipleValues =
             argv.try_into().map_err(|e| store_error(&e.into()))?;
         let options = fail_fast();
@@ -492,7 +495,7 @@ impl RedisStore {
                     (
                         r.start,
                         r.end,
-                        NodeId(format!("{}:{}", r.primary.host, r.primary.port)),
+                        NodeId::new(&format!("{}:{}", r.primary.host, r.primary.port)),
                     )
                 })
                 .collect();
