@@ -11,7 +11,7 @@
 #[path = "../integration/support/mod.rs"]
 mod support;
 
-use support::accuracy::{check, header, instances, redis_env, run_all};
+use support::accuracy::{check, header, instances, redis_env, run_all, run_outage};
 use support::redis::{RedisCluster, RedisServer};
 
 fn main() {
@@ -31,6 +31,17 @@ fn main() {
             let outcomes =
                 run_all("redis", &instances(4, &redis_env("single", server.addr()))).await;
             all.extend(outcomes);
+            let mut env = redis_env("single", server.addr());
+            env.push(("STORE_TIMEOUT", "50ms".into()));
+            let fleet = instances(4, &env);
+            let pause = |paused: bool| {
+                if paused {
+                    server.pause()
+                } else {
+                    server.resume()
+                }
+            };
+            all.extend(run_outage("redis", &fleet, pause).await);
             let cluster = RedisCluster::start();
             let env = redis_env("cluster", cluster.seeds().join(","));
             all.extend(run_all("cluster", &instances(4, &env)).await);

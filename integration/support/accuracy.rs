@@ -38,9 +38,13 @@ pub const ALGORITHMS: [AlgorithmName; 4] = AlgorithmName::ALL;
 pub const LIMIT: u64 = 10;
 /// Requests per hour of the concurrent pattern.
 pub const HOT_LIMIT: u64 = 100;
+/// The local floor (`fallback_requests_per_unit`) of the outage pattern's
+/// rule, `down` (100 per hour, `failure_mode: open`).
+pub const FLOOR: u64 = 10;
 
 /// The rules: per algorithm `alg=<name>`, then `run=<anything>` (10 per
-/// second) or `hot=<anything>` (100 per hour). The fixed window is the
+/// second), `hot=<anything>` (100 per hour) or `down=<anything>` (100 per
+/// hour, failing open to a floor of [`FLOOR`]). The fixed window is the
 /// original's (no extension key), as users get it by default.
 pub fn rules() -> String {
     let mut out = String::from("domain: acc\ndescriptors:\n");
@@ -51,7 +55,7 @@ pub fn rules() -> String {
             format!(", algorithm: {a}")
         };
         out.push_str(&format!(
-            "  - key: alg\n    value: {a}\n    descriptors:\n      - key: run\n        rate_limit: {{unit: second, requests_per_unit: {LIMIT}{extra}}}\n      - key: hot\n        rate_limit: {{unit: hour, requests_per_unit: {HOT_LIMIT}{extra}}}\n"
+            "  - key: alg\n    value: {a}\n    descriptors:\n      - key: run\n        rate_limit: {{unit: second, requests_per_unit: {LIMIT}{extra}}}\n      - key: hot\n        rate_limit: {{unit: hour, requests_per_unit: {HOT_LIMIT}{extra}}}\n      - key: down\n        rate_limit: {{unit: hour, requests_per_unit: {HOT_LIMIT}{extra}, failure_mode: open, fallback_requests_per_unit: {FLOOR}}}\n"
         ));
     }
     out
@@ -226,6 +230,45 @@ pub async fn timed_patterns(
 /// 64 callers spread over `instances`, 300 requests on one key of 100 per
 /// hour: admitted must be exactly 100.
 pub async fn concurrent(store: &str, instances: &[Service], algorithm: AlgorithmName) -> Outcome {
+    let admitted = spread(instances, algorithm, "hot", 3 * HOT_LIMIT).await;
+    Outcome {
+        store: store.to_string(),
+        algorithm,
+        pattern: "concurrent",
+        sent: 3 * HOT_LIMIT,
+        admitted,
+        ideal: HOT_LIMIT,
+        exact_log: HOT_LIMIT,
+    }
+}
+
+/// With the store down (the caller paused it): 64 callers spread evenly
+/// over `instances`, 200 requests on one key of the `down` rule. Each
+/// instance's floor admits exactly [`FLOOR`], so the fleet admits exactly
+/// instances × [`FLOOR`]: stricter than the limit, never absent.
+pub async fn outage(store: &str, instances: &[Service], algorithm: AlgorithmName) -> Outcome {
+    let sent = 2 * HOT_LIMIT;
+    let admitted = spread(instances, algorithm, "down", sent).await;
+    let fleet = instances.len() as u64 * FLOOR;
+    Outcome {
+        store: store.to_string(),
+        algorithm,
+        pattern: "outage",
+        sent,
+        admitted,
+        ideal: fleet,
+        exact_log: HOT_LIMIT,
+    }
+}
+
+/// `total` unit requests on one fresh value of `key`, from 64 callers, the
+/// i-th on instance i mod n; how many were admitted.
+async fn spread(
+    instances: &[Service],
+    algorithm: AlgorithmName,
+    key: &'static str,
+    total: u64,
+) -> u64 {
     let mut clients = Vec::new();
     for svc in instances {
         clients.push(svc.client().await);
@@ -233,14 +276,13 @@ pub async fn concurrent(store: &str, instances: &[Service], algorithm: Algorithm
     let value = format!("{:x}", rand_u64());
     let next = Arc::new(AtomicU64::new(0));
     let admitted = Arc::new(AtomicU64::new(0));
-    let total = 3 * HOT_LIMIT;
     let tasks: Vec<_> = (0..64)
         .map(|i| {
             let mut client = clients[i % clients.len()].clone();
             let (next, admitted, value) = (Arc::clone(&next), Arc::clone(&admitted), value.clone());
             tokio::spawn(async move {
                 while next.fetch_add(1, Ordering::SeqCst) < total {
-                    let (ok, _) = one(&mut client, algorithm, "hot", &value).await;
+                    let (ok, _) = one(&mut client, algorithm, key, &value).await;
                     admitted.fetch_add(u64::from(ok), Ordering::SeqCst);
                 }
             })
@@ -249,15 +291,19 @@ pub async fn concurrent(store: &str, instances: &[Service], algorithm: Algorithm
     for t in tasks {
         t.await.expect("caller");
     }
-    Outcome {
-        store: store.to_string(),
-        algorithm,
-        pattern: "concurrent",
-        sent: total,
-        admitted: admitted.load(Ordering::SeqCst),
-        ideal: HOT_LIMIT,
-        exact_log: HOT_LIMIT,
+    admitted.load(Ordering::SeqCst)
+}
+
+/// The outage pattern for every algorithm, on `instances` whose Redis
+/// `pause(true)` stops and `pause(false)` resumes.
+pub async fn run_outage(store: &str, instances: &[Service], pause: impl Fn(bool)) -> Vec<Outcome> {
+    pause(true);
+    let mut out = Vec::new();
+    for a in ALGORITHMS {
+        out.push(outage(store, instances, a).await);
     }
+    pause(false);
+    out
 }
 
 /// Every pattern for every algorithm on one store; the timed patterns of
@@ -292,6 +338,7 @@ pub fn check(outcomes: &[Outcome]) {
         let what = o.row();
         match (o.pattern, o.algorithm) {
             ("concurrent", _) => assert_eq!(o.admitted, o.ideal, "race excess: {what}"),
+            ("outage", _) => assert_eq!(o.admitted, o.ideal, "the fleet's floor: {what}"),
             (_, AlgorithmName::SlidingWindow) => {
                 // At most limit − 1 above the exact log per window the
                 // pattern spans (≤ 4 windows), never below what fits.
