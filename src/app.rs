@@ -22,7 +22,8 @@ use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::config::provider::ProviderOptions;
-use crate::config::watcher::{ConfigWatcher, LiveConfig, ReloadStatus};
+use crate::config::watcher::{ConfigWatcher, ReloadStatus};
+use crate::config::LiveConfig;
 use crate::engine::{Engine, EngineOptions, FailureDefaults, HeaderNames, LocalCache};
 use crate::limiter::{Clock, SystemClock};
 use crate::metrics::{LocalCacheGauges, MetricsHandle, MetricsOptions, Stats};

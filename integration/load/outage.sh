@@ -42,20 +42,8 @@ root="$work/runtime"
 mkdir -p "$root/ratelimit/config"
 cp integration/load/config/bench.yaml "$root/ratelimit/config/"
 
-start_service() { # extra env...
-    env -i PATH="$PATH" USE_STATSD=false RUNTIME_ROOT="$root" RUNTIME_SUBDIRECTORY=ratelimit \
-        RUNTIME_WATCH_ROOT=false HOST=127.0.0.1 PORT=0 DEBUG_HOST=127.0.0.1 DEBUG_PORT=0 \
-        GRPC_HOST=127.0.0.1 GRPC_PORT=0 BACKEND_TYPE=redis REDIS_SOCKET_TYPE=tcp \
-        REDIS_URL="127.0.0.1:$port" "$@" target/release/ratelimit 2>"$work/svc.log" &
-    svc=$!
-    grpc=""
-    for _ in $(seq 100); do
-        grpc=$(sed -n "s/.*Listening for gRPC on '\([^']*\)'.*/\1/p" "$work/svc.log")
-        [ -n "$grpc" ] && return
-        sleep 0.1
-    done
-    cat "$work/svc.log" >&2; exit 1
-}
+svc_cpu=()
+. integration/load/service.sh
 
 bench() { # label duration
     local out
@@ -66,7 +54,7 @@ bench() { # label duration
 
 scenario() { # label extra env...
     local label=$1; shift
-    start_service "$@"
+    start_service BACKEND_TYPE=redis REDIS_URL="127.0.0.1:$port" "$@"
     target/release/ratelimit-bench run --target "$grpc" --duration 1s --warmup 0s --keys uniform:10000 --domain bench >/dev/null
     bench "$label before" "$RUN"
     kill -STOP "$rpid"

@@ -87,20 +87,7 @@ root="$work/runtime"
 mkdir -p "$root/ratelimit/config"
 cp integration/load/config/bench.yaml integration/load/config/bench_token_bucket.yaml "$root/ratelimit/config/"
 
-start_service() { # extra env...
-    env -i PATH="$PATH" USE_STATSD=false RUNTIME_ROOT="$root" RUNTIME_SUBDIRECTORY=ratelimit \
-        RUNTIME_WATCH_ROOT=false HOST=127.0.0.1 PORT=0 DEBUG_HOST=127.0.0.1 DEBUG_PORT=0 \
-        GRPC_HOST=127.0.0.1 GRPC_PORT=0 REDIS_SOCKET_TYPE=tcp "$@" \
-        "${svc_cpu[@]}" target/release/ratelimit 2>"$work/svc.log" &
-    svc=$!
-    grpc=""
-    for _ in $(seq 100); do
-        grpc=$(sed -n "s/.*Listening for gRPC on '\([^']*\)'.*/\1/p" "$work/svc.log")
-        [ -n "$grpc" ] && return
-        sleep 0.1
-    done
-    cat "$work/svc.log" >&2; exit 1
-}
+. integration/load/service.sh
 
 bench() { # label target concurrency [domain]
     local out

@@ -9,13 +9,15 @@
 //! - `validate`: the rules of phase B, building a [`DescriptorTree`];
 //! - [`loader`]: a set of files into a [`Config`], all or nothing;
 //! - [`tree`]: the rule tree and its lookup;
-//! - [`dump`]: the `/rlconfig` text.
+//! - [`dump`]: the `/rlconfig` text;
+//! - [`live`]: the live configuration every provider publishes into.
 
 pub mod check;
 pub mod dump;
 pub mod error;
 pub mod failure;
 pub mod glob;
+pub mod live;
 pub mod loader;
 pub mod metadata;
 pub(crate) mod model;
@@ -27,6 +29,7 @@ pub(crate) mod yaml;
 
 pub use error::{ConfigError, ConfigErrorKind};
 pub use failure::{FailureMode, FailurePolicy};
+pub use live::LiveConfig;
 pub use loader::{load, ConfigFile};
 pub use metadata::{Metadata, MetadataValue};
 pub use provider::{load_from_disk, LoadError, ProviderError, ProviderOptions};
@@ -34,7 +37,7 @@ pub use tree::{
     ConfiguredLimit, DescriptorTree, Entry, LimitOverride, Lookup, MatchError, MatchedLimit,
     RateLimitRule,
 };
-pub use watcher::{ConfigWatcher, LiveConfig, ReloadStatus, WatchError};
+pub use watcher::{ConfigWatcher, ReloadStatus, WatchError};
 
 /// A loaded configuration: the rules of every domain and the files they came
 /// from. Immutable; a reload publishes a new one.

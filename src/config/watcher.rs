@@ -61,13 +61,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwapOption;
 use notify::event::{AccessKind, AccessMode};
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher as _};
 use tokio::sync::{oneshot, watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
+use super::live::LiveConfig;
 use super::provider::{self, LoadError, ProviderOptions};
 use super::{load, Config};
 
@@ -81,37 +81,6 @@ pub const MAX_DELAY: Duration = Duration::from_secs(1);
 /// How many times one reload re-arms the watches when the directory tree
 /// changes under it, before it gives up and schedules another reload.
 const MAX_REARMS: usize = 3;
-
-/// The configuration the request path reads: `None` until a first load
-/// succeeds (the service then answers `no rate limit configuration loaded`).
-///
-/// Cloning gives another handle on the same slot. Publication is atomic: a
-/// reader gets one whole snapshot, and a request that took a snapshot keeps
-/// it until it drops the `Arc`, whatever is published meanwhile. Reads are
-/// lock-free (`arc_swap`), so the request path never waits for a reload.
-#[derive(Debug, Clone, Default)]
-pub struct LiveConfig {
-    /// The slot. Written only by [`LiveConfig::publish`] (the watcher's task,
-    /// or another provider); read by every request.
-    slot: Arc<ArcSwapOption<Config>>,
-}
-
-impl LiveConfig {
-    /// An empty slot: no configuration loaded yet.
-    pub fn new() -> LiveConfig {
-        LiveConfig::default()
-    }
-
-    /// The current snapshot, if any load has succeeded.
-    pub fn current(&self) -> Option<Arc<Config>> {
-        self.slot.load_full()
-    }
-
-    /// Replaces the snapshot for all subsequent readers.
-    pub fn publish(&self, config: Arc<Config>) {
-        self.slot.store(Some(config));
-    }
-}
 
 /// The outcome of the loads so far, for observers (statistics, health).
 /// The watcher sends a new value after each load attempt.

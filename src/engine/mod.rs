@@ -20,7 +20,7 @@ pub mod types;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::watcher::LiveConfig;
+use crate::config::LiveConfig;
 use crate::config::{FailureMode, FailurePolicy, Lookup, MatchedLimit};
 use crate::limiter::fixed_window::{self, Window};
 use crate::limiter::{Clock, Decision};
@@ -130,6 +130,19 @@ pub struct Engine {
     stats: Arc<Stats>,
 }
 
+/// A request's descriptors matched to their rules.
+struct Matched {
+    /// Each descriptor's limit (`None`: no rule, or replaced); taken by the
+    /// store phase.
+    limits: Vec<Option<MatchedLimit>>,
+    /// What `unlimited` and `replaces` made of each descriptor.
+    dispositions: Vec<Disposition>,
+    /// Which descriptors count as quotas.
+    quota: Vec<bool>,
+    /// Each matched rule's metadata.
+    metadata: Vec<Option<Arc<crate::config::Metadata>>>,
+}
+
 /// One checked descriptor on its way to the store.
 struct Pending {
     index: usize,
@@ -190,6 +203,7 @@ impl Engine {
         result
     }
 
+    /// Validation, lookup, the store phase, the response: each a step.
     async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, ServiceError> {
         if request.domain.is_empty() {
             return Err(ServiceError::EmptyDomain);
@@ -199,7 +213,17 @@ impl Engine {
         }
         let config = self.config.current().ok_or(ServiceError::NoConfig)?;
         let now = self.clock.now_secs();
+        let mut matched = self.lookup(&config, request)?;
+        let statuses = self.limit(request, &mut matched, now).await?;
+        Ok(self.respond(request, &matched, statuses))
+    }
 
+    /// Every descriptor's limit, with `replaces` and `unlimited` applied.
+    fn lookup(
+        &self,
+        config: &crate::config::Config,
+        request: &RateLimitRequest,
+    ) -> Result<Matched, ServiceError> {
         let mut limits = Vec::with_capacity(request.descriptors.len());
         for (index, d) in request.descriptors.iter().enumerate() {
             let found = config
@@ -219,11 +243,11 @@ impl Engine {
             });
         }
         let dispositions = aggregate::apply_replaces(&mut limits);
-        let rule_metadata: Vec<_> = limits
+        let metadata = limits
             .iter()
             .map(|l| l.as_ref().and_then(|l| l.rule.metadata.clone()))
             .collect();
-        let quota: Vec<bool> = limits
+        let quota = limits
             .iter()
             .zip(&dispositions)
             .map(|(l, d)| {
@@ -231,10 +255,25 @@ impl Engine {
                     && (self.options.quota_mode || l.as_ref().is_some_and(|l| l.rule.quota_mode))
             })
             .collect();
+        Ok(Matched {
+            limits,
+            dispositions,
+            quota,
+            metadata,
+        })
+    }
 
-        // The original's windows go the original's way unless ALL_OR_NOTHING;
-        // every other limit is checked all or nothing.
-        let (original, to_check): (Vec<_>, Vec<_>) = limits
+    /// The store phase: each descriptor's status. The original's windows
+    /// go the original's way unless ALL_OR_NOTHING, and first: a request
+    /// they refuse takes nothing from the checked limits (two round trips
+    /// only when a request has both kinds).
+    async fn limit(
+        &self,
+        request: &RateLimitRequest,
+        matched: &mut Matched,
+        now: u64,
+    ) -> Result<Vec<DescriptorStatus>, ServiceError> {
+        let (original, to_check): (Vec<_>, Vec<_>) = std::mem::take(&mut matched.limits)
             .into_iter()
             .map(|l| match l {
                 Some(l) if l.rule.is_original() && !self.options.all_or_nothing => (Some(l), None),
@@ -242,13 +281,11 @@ impl Engine {
             })
             .unzip();
         let pending = self.pending(request, original, now);
-        let (checks, checked) = self.checks(request, to_check, &quota, now);
-        // The original's windows first: a request they refuse must take
-        // nothing from the checked limits (two round trips only when a
-        // request has both kinds).
+        let (checks, checked) = self.checks(request, to_check, &matched.quota, now);
         let after = self.count(&pending).await?;
 
-        let mut statuses: Vec<DescriptorStatus> = dispositions
+        let mut statuses: Vec<DescriptorStatus> = matched
+            .dispositions
             .iter()
             .map(|d| DescriptorStatus {
                 code: Code::Ok,
@@ -263,45 +300,51 @@ impl Engine {
         for (p, after) in pending.iter().zip(after) {
             statuses[p.index] = self.status(p, after, now);
         }
+        if checks.is_empty() {
+            return Ok(statuses);
+        }
         let refused = !self.options.shadow_mode
             && pending
                 .iter()
-                .any(|p| statuses[p.index].code == Code::OverLimit && !quota[p.index]);
+                .any(|p| statuses[p.index].code == Code::OverLimit && !matched.quota[p.index]);
         let commit = if refused {
             Commit::Never
         } else {
             Commit::IfAllPass
         };
-        if !checks.is_empty() {
-            let work = Work::Check {
-                items: checks,
-                commit,
-            };
-            let reply = self.store.execute(&work, None).await;
-            let answers = reply
-                .answers
-                .into_iter()
-                .map(|a| match a? {
-                    Answer::Checked(c) => Ok(checked::Answered::Store(c)),
-                    Answer::ByPolicy(p) => Ok(checked::Answered::Policy(p)),
-                    Answer::Count(_) => Err(wrong_answer()),
-                })
-                .collect::<Result<Vec<_>, StoreError>>()?;
-            for d in &checked {
-                statuses[d.index] = checked::status(
-                    d,
-                    &answers,
-                    reply.committed,
-                    self.options.near_limit_ratio,
-                    now,
-                );
-            }
+        let work = Work::Check {
+            items: checks,
+            commit,
+        };
+        let reply = self.store.execute(&work, None).await;
+        let answers = reply
+            .answers
+            .into_iter()
+            .map(|a| match a? {
+                Answer::Checked(c) => Ok(checked::Answered::Store(c)),
+                Answer::ByPolicy(p) => Ok(checked::Answered::Policy(p)),
+                Answer::Count(_) => Err(wrong_answer()),
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        for d in &checked {
+            let ratio = self.options.near_limit_ratio;
+            statuses[d.index] = checked::status(d, &answers, reply.committed, ratio, now);
         }
+        Ok(statuses)
+    }
 
-        let (mut overall, passed) = aggregate::overall_code(&statuses, &dispositions, &quota);
+    /// The overall code, headers, shadow mode and metadata around `statuses`.
+    fn respond(
+        &self,
+        request: &RateLimitRequest,
+        matched: &Matched,
+        statuses: Vec<DescriptorStatus>,
+    ) -> RateLimitResponse {
+        let (dispositions, quota) = (&matched.dispositions, &matched.quota);
+        let (mut overall, passed) = aggregate::overall_code(&statuses, dispositions, quota);
         let mut response_headers_to_add = Vec::new();
         if let Some(names) = &self.options.response_headers {
-            if let Some(i) = headers::chosen_status(&statuses, &dispositions, &quota) {
+            if let Some(i) = headers::chosen_status(&statuses, dispositions, quota) {
                 // Whole seconds, rounded up: a sub-second wait is not "0".
                 let reset = statuses[i]
                     .duration_until_reset
@@ -314,15 +357,15 @@ impl Engine {
             self.stats.global_shadow_mode();
         }
         let dynamic_metadata = self.options.response_dynamic_metadata.then(|| {
-            let refs: Vec<_> = rule_metadata.iter().map(|m| m.as_deref()).collect();
+            let refs: Vec<_> = matched.metadata.iter().map(|m| m.as_deref()).collect();
             dynamic_metadata::build(request, &refs, &passed)
         });
-        Ok(RateLimitResponse {
+        RateLimitResponse {
             overall_code: overall,
             statuses,
             response_headers_to_add,
             dynamic_metadata,
-        })
+        }
     }
 
     /// Keys, windows and hits of the descriptors that reach the store;

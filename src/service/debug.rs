@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
 
-use crate::config::watcher::LiveConfig;
+use crate::config::LiveConfig;
 
 /// Renders the `/stats` text.
 pub type StatsRenderer = Arc<dyn Fn() -> String + Send + Sync>;

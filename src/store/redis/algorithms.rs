@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{coalesce, one, until, Backend, Node, RedisStore};
+use super::{coalesce, until, Backend, RedisStore};
 use crate::limiter::Decision;
 use crate::store::{
     Answer, Check, Checked, CheckedLimit, Commit, Reply, StoreError, StoreErrorKind,
@@ -136,24 +136,6 @@ impl coalesce::Batch for AlgorithmCalls {
     }
 }
 
-impl Node {
-    /// One group: coalesced with others on a single node, alone on a
-    /// Cluster slot; given up at `deadline`.
-    pub(super) async fn run_algorithms(
-        &self,
-        group: Group,
-        deadline: Option<Instant>,
-    ) -> Result<Vec<i64>, StoreError> {
-        let call = async {
-            match &self.algorithms {
-                Some(c) => c.run(group).await,
-                None => one(AlgorithmCalls::call(&self.backend, vec![group]).await),
-            }
-        };
-        until(deadline, call).await
-    }
-}
-
 /// `kind, limit, period (µs; the TTL in s for "ow"), burst`.
 fn fields(limit: &CheckedLimit) -> (&'static str, u64, u64, u64) {
     let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1);
@@ -250,7 +232,7 @@ pub(super) async fn check(
     };
     let calls = parts.iter().map(|part| {
         let group = part.group(mode, &nonce, 0, None);
-        store.node(part.per_second).run_algorithms(group, deadline)
+        until(deadline, store.node(part.per_second).algorithms.run(group))
     });
     let replies = futures::future::join_all(calls).await;
 
@@ -334,7 +316,10 @@ async fn refund(
             return None;
         }
         let group = part.group("refund", nonce, now_us.max(&0).unsigned_abs(), Some(&taken));
-        Some(store.node(part.per_second).run_algorithms(group, deadline))
+        Some(until(
+            deadline,
+            store.node(part.per_second).algorithms.run(group),
+        ))
     });
     for result in futures::future::join_all(calls).await {
         if let Err(e) = result {

@@ -31,6 +31,45 @@ const JOIN_ROUNDS: usize = 1;
 /// Decisions that may wait for a call before callers wait to queue.
 const QUEUE: usize = 4096;
 
+/// One script's way to one node: through a [`Coalescer`] on a single node
+/// (plain or behind sentinels), one call per item on a Cluster slot.
+pub(crate) struct Lane<B: Batch> {
+    batch: Arc<B>,
+    queue: Option<Coalescer<B>>,
+}
+
+impl<B: Batch> std::fmt::Debug for Lane<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lane")
+            .field("coalesced", &self.queue.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Batch> Lane<B> {
+    /// A lane for `batch`, coalescing iff `coalesce`. Needs a tokio runtime.
+    pub(crate) fn new(batch: B, coalesce: bool) -> Lane<B> {
+        let batch = Arc::new(batch);
+        Lane {
+            queue: coalesce.then(|| Coalescer::spawn(Arc::clone(&batch))),
+            batch,
+        }
+    }
+
+    /// Decides one item.
+    pub(crate) async fn run(&self, item: B::Item) -> Result<B::Answer, StoreError> {
+        match &self.queue {
+            Some(c) => c.run(item).await,
+            None => self.batch.run(vec![item]).await?.pop().ok_or_else(|| {
+                StoreError::new(
+                    StoreErrorKind::Rejected,
+                    "a script call answered no decision",
+                )
+            }),
+        }
+    }
+}
+
 /// One script call's worth of items for one node.
 pub(crate) trait Batch: Send + Sync + 'static {
     /// One decision.

@@ -63,14 +63,14 @@ struct Backend {
     algorithms: Script,
 }
 
-/// A deployment and, for a single node (plain or behind sentinels), the
-/// queues that coalesce its decisions (see [`coalesce`]), one per script.
-/// Cluster calls go out directly, one per slot.
+/// A deployment and its two scripts' lanes (see [`coalesce`]): coalesced
+/// on a single node (plain or behind sentinels), one call per slot on a
+/// Cluster.
 #[derive(Debug)]
 struct Node {
     backend: Arc<Backend>,
-    windows: Option<coalesce::Coalescer<WindowCalls>>,
-    algorithms: Option<coalesce::Coalescer<algorithms::AlgorithmCalls>>,
+    windows: coalesce::Lane<WindowCalls>,
+    algorithms: coalesce::Lane<algorithms::AlgorithmCalls>,
 }
 
 impl Node {
@@ -78,30 +78,13 @@ impl Node {
         let backend = Arc::new(backend);
         let single = !backend.clustered;
         Node {
-            windows: single
-                .then(|| coalesce::Coalescer::spawn(Arc::new(WindowCalls(Arc::clone(&backend))))),
-            algorithms: single.then(|| {
-                coalesce::Coalescer::spawn(Arc::new(algorithms::AlgorithmCalls(Arc::clone(
-                    &backend,
-                ))))
-            }),
+            windows: coalesce::Lane::new(WindowCalls(Arc::clone(&backend)), single),
+            algorithms: coalesce::Lane::new(
+                algorithms::AlgorithmCalls(Arc::clone(&backend)),
+                single,
+            ),
             backend,
         }
-    }
-
-    /// One fixed-window decision: each key's value after it.
-    async fn run(
-        &self,
-        decision: WindowDecision,
-        deadline: Option<Instant>,
-    ) -> Result<Vec<u64>, StoreError> {
-        let call = async {
-            match &self.windows {
-                Some(c) => c.run(decision).await,
-                None => one(self.backend.run_windows(vec![decision]).await),
-            }
-        };
-        until(deadline, call).await
     }
 }
 
@@ -121,16 +104,6 @@ async fn until<T>(
             ))
         }),
     }
-}
-
-/// The only answer of a one-item call.
-fn one<T>(answers: Result<Vec<T>, StoreError>) -> Result<T, StoreError> {
-    answers?.pop().ok_or_else(|| {
-        StoreError::new(
-            StoreErrorKind::Rejected,
-            "a script call answered no decision",
-        )
-    })
 }
 
 /// One fixed-window decision for `fixed_window.lua`: its mode, keys and per
@@ -363,14 +336,17 @@ impl RedisStore {
         if let Some(((per_second, _), positions)) = groups.first() {
             if groups.len() == 1 && positions.len() == batch.len() {
                 let node = self.node(*per_second);
-                return match node.run(decision_of(positions), deadline).await {
+                return match until(deadline, node.windows.run(decision_of(positions))).await {
                     Ok(values) => values.into_iter().map(Ok).collect(),
                     Err(e) => vec![Err(e); batch.len()],
                 };
             }
         }
         let calls = groups.iter().map(|((per_second, _), positions)| {
-            self.node(*per_second).run(decision_of(positions), deadline)
+            until(
+                deadline,
+                self.node(*per_second).windows.run(decision_of(positions)),
+            )
         });
         let results = futures::future::join_all(calls).await;
         let mut out = vec![Ok(0); batch.len()];
