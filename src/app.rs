@@ -158,77 +158,22 @@ pub async fn run(
     health.set(Component::Backend, true).await;
 
     // The configuration.
-    if settings.config_provider.config_type != ConfigType::File {
-        return Err(AppError::Unsupported(
-            "CONFIG_TYPE=GRPC_XDS_SOTW is not supported by this build yet; use CONFIG_TYPE=FILE"
-                .into(),
-        ));
-    }
     let live = LiveConfig::new();
-    let rt = &settings.config_provider.runtime;
-    let opts = ProviderOptions {
-        runtime_root: PathBuf::from(&rt.root),
-        subdirectory: rt.subdirectory.clone(),
-        app_directory: rt.app_directory.clone(),
-        ignore_dotfiles: rt.ignore_dot_files,
-        watch_root: rt.watch_root,
-        merge_domains: settings.config_provider.merge_domain_config,
+    let Some((watcher, status_task)) =
+        start_config(&settings, &live, &service_stats, &health, shutdown.clone()).await?
+    else {
+        return Ok(());
     };
-    let (watcher, status) = ConfigWatcher::start(opts, live.clone())?;
-    let status_task = tokio::spawn(follow_reloads(
-        status,
-        Arc::clone(&service_stats),
-        health.clone(),
-        live.clone(),
-    ));
-    if !settings.config_provider.force_start_without_initial_config {
-        tokio::select! {
-            loaded = watcher.first_load() => { loaded?; }
-            _ = shutdown.clone() => {
-                watcher.shutdown().await;
-                return Ok(());
-            }
-        }
-        // Health knows of the first config before any listener opens (the
-        // reload follower may not have run yet).
-        if let Some(config) = live.current() {
-            health
-                .set(Component::Config, config.tree().domain_count() > 0)
-                .await;
-        }
-    }
 
     let local_cache = match settings.limiter.local_cache_size_in_bytes {
         n if n > 0 => Some(LocalCache::new(n as u64)),
         _ => None,
     };
-    let r = &settings.response;
     let engine = Arc::new(Engine::new(
         live.clone(),
         store,
         clock,
-        EngineOptions {
-            near_limit_ratio: settings.limiter.near_limit_ratio,
-            cache_key_prefix: settings.limiter.cache_key_prefix.clone(),
-            expiration_jitter_max_seconds: settings.limiter.expiration_jitter_max_seconds.max(0)
-                as u64,
-            stop_increment_when_over_limit: settings
-                .limiter
-                .stop_cache_key_increment_when_overlimit,
-            all_or_nothing: settings.limiter.all_or_nothing,
-            shadow_mode: r.shadow_mode,
-            quota_mode: r.quota_mode,
-            response_dynamic_metadata: r.dynamic_metadata,
-            response_headers: r.headers.enabled.then(|| HeaderNames {
-                limit: r.headers.limit.clone(),
-                remaining: r.headers.remaining.clone(),
-                reset: r.headers.reset.clone(),
-            }),
-            failure: FailureDefaults {
-                mode: settings.store_failure.failure_mode,
-                fallback_share: settings.store_failure.fallback_share,
-            },
-        },
+        engine_options(&settings),
         local_cache,
         service_stats,
     ));
@@ -243,27 +188,7 @@ pub async fn run(
 
     // Listeners, opened only now (see the module doc).
     let l = &settings.listener;
-    let debug_listener = bind("debug", &l.debug_host, l.debug_port).await?;
-    let http_listener = bind("HTTP", &l.host, l.port).await?;
-    let grpc = if l.grpc_uds.is_empty() {
-        GrpcListener::Tcp(bind("gRPC", &l.grpc_host, l.grpc_port).await?)
-    } else {
-        GrpcListener::Unix(bind_unix(&l.grpc_uds)?)
-    };
-    let addrs = BoundAddrs {
-        grpc: match &grpc {
-            GrpcListener::Tcp(t) => t.local_addr().ok(),
-            GrpcListener::Unix(_) => None,
-        },
-        http: local_addr(&http_listener),
-        debug: local_addr(&debug_listener),
-    };
-    tracing::warn!("Listening for debug on '{}'", addrs.debug);
-    match (&addrs.grpc, &grpc) {
-        (Some(a), _) => tracing::warn!("Listening for gRPC on '{a}'"),
-        (None, _) => tracing::warn!("Listening for gRPC on unix socket '{}'", l.grpc_uds),
-    }
-    tracing::warn!("Listening for HTTP on '{}'", addrs.http);
+    let (listeners, addrs) = Listeners::bind(l).await?;
 
     // One signal fans out to every server.
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -271,64 +196,24 @@ pub async fn run(
         let _ = rx.wait_for(|&s| s).await;
     };
 
-    // grpc-go's server defaults, which the original runs with: a keepalive
-    // ping after 2 h idle, answered within 20 s.
-    let mut grpc_server = tonic::transport::Server::builder()
-        .max_connection_age(l.grpc_max_connection_age)
-        .max_connection_age_grace(l.grpc_max_connection_age_grace)
-        .http2_keepalive_interval(Some(Duration::from_secs(2 * 3600)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-        .layer(crate::service::grpc_metrics::GrpcMetricsLayer);
-    let router = grpc_server
-        .add_service(RlsServer::new(Arc::clone(&engine), MAX_GRPC_MESSAGE))
-        .add_service(health_service);
-    let tls = &l.grpc_tls;
-    let (tls_config, _cert_watch) = if tls.enabled {
-        let opts = crate::service::tls::TlsOptions {
-            cert: PathBuf::from(&tls.server_cert),
-            key: PathBuf::from(&tls.server_key),
-            client_ca: (!tls.client_ca_cert.is_empty()).then(|| PathBuf::from(&tls.client_ca_cert)),
-            client_san: (!tls.client_san.is_empty()).then(|| tls.client_san.clone()),
-        };
-        let (config, cert) = crate::service::tls::server_config(&opts)
-            .map_err(|e| AppError::Unsupported(e.to_string()))?;
-        let watch = crate::service::tls::watch_certificate(cert)
-            .map_err(|e| AppError::Unsupported(format!("watching the TLS certificate: {e}")))?;
-        (Some(config), Some(watch))
-    } else {
-        (None, None)
-    };
-    let grpc_task = match (grpc, tls_config) {
-        (GrpcListener::Tcp(t), Some(config)) => tokio::spawn(router.serve_with_incoming_shutdown(
-            crate::service::tls::incoming(t, config),
-            stopped(stop_rx.clone()),
-        )),
-        (GrpcListener::Unix(_), Some(_)) => {
-            return Err(AppError::Unsupported(
-                "GRPC_SERVER_USE_TLS with GRPC_UDS is not supported".into(),
-            ))
-        }
-        (GrpcListener::Tcp(t), None) => tokio::spawn(router.serve_with_incoming_shutdown(
-            // No Nagle: a small response must not wait for a delayed ACK.
-            tonic::transport::server::TcpIncoming::from(t).with_nodelay(Some(true)),
-            stopped(stop_rx.clone()),
-        )),
-        (GrpcListener::Unix(u), None) => tokio::spawn(
-            router
-                .serve_with_incoming_shutdown(UnixListenerStream::new(u), stopped(stop_rx.clone())),
-        ),
-    };
-    let http_task = tokio::spawn(
+    let router = grpc_router(l, Arc::clone(&engine), health_service);
+    let (grpc_task, _cert_watch) = serve_grpc(
+        router,
+        listeners.grpc,
+        &l.grpc_tls,
+        stopped(stop_rx.clone()),
+    )?;
+    let http_task = spawn_server(
         axum::serve(
-            http_listener,
+            listeners.http,
             crate::service::http::router(Arc::clone(&engine), health.clone()),
         )
         .with_graceful_shutdown(stopped(stop_rx.clone()))
         .into_future(),
     );
-    let debug_task = tokio::spawn(
+    let debug_task = spawn_server(
         axum::serve(
-            debug_listener,
+            listeners.debug,
             crate::service::debug::router(live, {
                 let metrics = metrics.clone();
                 Arc::new(move || metrics.render_stats())
@@ -348,34 +233,15 @@ pub async fn run(
         tokio::time::sleep(timings.drain).await;
     }
     let _ = stop_tx.send(true);
-    let aborts = [
-        grpc_task.abort_handle(),
-        http_task.abort_handle(),
-        debug_task.abort_handle(),
-    ];
-    let all = async {
-        let (g, h, d) = tokio::join!(grpc_task, http_task, debug_task);
-        for (what, r) in [
-            ("gRPC", g.map(|r| r.map_err(|e| e.to_string()))),
-            ("HTTP", h.map(|r| r.map_err(|e| e.to_string()))),
-            ("debug", d.map(|r| r.map_err(|e| e.to_string()))),
-        ] {
-            match r {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::error!("{what} server: {e}"),
-                Err(e) => tracing::error!("{what} server task: {e}"),
-            }
-        }
-    };
-    if tokio::time::timeout(timings.deadline, all).await.is_err() {
-        tracing::warn!(
-            "in-flight calls still open after {:?}; closing them",
-            timings.deadline
-        );
-        for a in aborts {
-            a.abort();
-        }
-    }
+    finish_servers(
+        [
+            ("gRPC", grpc_task),
+            ("HTTP", http_task),
+            ("debug", debug_task),
+        ],
+        timings.deadline,
+    )
+    .await;
     status_task.abort();
     watcher.shutdown().await;
     Ok(())
@@ -392,6 +258,225 @@ fn local_cache_gauges(cache: &LocalCache) -> LocalCacheGauges {
         entry_count: cache.len() as u64,
         ..LocalCacheGauges::default()
     }
+}
+
+/// Lets the servers (told to stop) finish their in-flight calls for at most
+/// `deadline`, then cuts what is left; logs how each ended.
+async fn finish_servers(servers: [(&'static str, ServerTask); 3], deadline: Duration) {
+    let aborts: Vec<_> = servers.iter().map(|(_, t)| t.abort_handle()).collect();
+    let all = futures::future::join_all(servers.into_iter().map(|(what, task)| async move {
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!("{what} server: {e}"),
+            Err(e) => tracing::error!("{what} server task: {e}"),
+        }
+    }));
+    if tokio::time::timeout(deadline, all).await.is_err() {
+        tracing::warn!("in-flight calls still open after {deadline:?}; closing them");
+        for a in aborts {
+            a.abort();
+        }
+    }
+}
+
+/// Starts the configuration provider and, unless
+/// `FORCE_START_WITHOUT_INITIAL_CONFIG`, waits for its first load; `None` if a
+/// shutdown signal came first. Returns the watcher and the task that follows
+/// its reloads into statistics and health.
+async fn start_config(
+    settings: &Settings,
+    live: &LiveConfig,
+    stats: &Arc<Stats>,
+    health: &Health,
+    shutdown: impl Future<Output = Signal>,
+) -> Result<Option<(ConfigWatcher, tokio::task::JoinHandle<()>)>, AppError> {
+    if settings.config_provider.config_type != ConfigType::File {
+        return Err(AppError::Unsupported(
+            "CONFIG_TYPE=GRPC_XDS_SOTW is not supported by this build yet; use CONFIG_TYPE=FILE"
+                .into(),
+        ));
+    }
+    let rt = &settings.config_provider.runtime;
+    let opts = ProviderOptions {
+        runtime_root: PathBuf::from(&rt.root),
+        subdirectory: rt.subdirectory.clone(),
+        app_directory: rt.app_directory.clone(),
+        ignore_dotfiles: rt.ignore_dot_files,
+        watch_root: rt.watch_root,
+        merge_domains: settings.config_provider.merge_domain_config,
+    };
+    let (watcher, status) = ConfigWatcher::start(opts, live.clone())?;
+    let status_task = tokio::spawn(follow_reloads(
+        status,
+        Arc::clone(stats),
+        health.clone(),
+        live.clone(),
+    ));
+    if !settings.config_provider.force_start_without_initial_config {
+        tokio::select! {
+            loaded = watcher.first_load() => { loaded?; }
+            _ = shutdown => {
+                status_task.abort();
+                watcher.shutdown().await;
+                return Ok(None);
+            }
+        }
+        // Health knows of the first config before any listener opens (the
+        // reload follower may not have run yet).
+        if let Some(config) = live.current() {
+            health
+                .set(Component::Config, config.tree().domain_count() > 0)
+                .await;
+        }
+    }
+    Ok(Some((watcher, status_task)))
+}
+
+/// What the engine does beyond matching, from the settings.
+fn engine_options(settings: &Settings) -> EngineOptions {
+    let r = &settings.response;
+    let limiter = &settings.limiter;
+    EngineOptions {
+        near_limit_ratio: limiter.near_limit_ratio,
+        cache_key_prefix: limiter.cache_key_prefix.clone(),
+        expiration_jitter_max_seconds: limiter.expiration_jitter_max_seconds.max(0) as u64,
+        stop_increment_when_over_limit: limiter.stop_cache_key_increment_when_overlimit,
+        all_or_nothing: limiter.all_or_nothing,
+        shadow_mode: r.shadow_mode,
+        quota_mode: r.quota_mode,
+        response_dynamic_metadata: r.dynamic_metadata,
+        response_headers: r.headers.enabled.then(|| HeaderNames {
+            limit: r.headers.limit.clone(),
+            remaining: r.headers.remaining.clone(),
+            reset: r.headers.reset.clone(),
+        }),
+        failure: FailureDefaults {
+            mode: settings.store_failure.failure_mode,
+            fallback_share: settings.store_failure.fallback_share,
+        },
+    }
+}
+
+/// The three listeners, bound.
+struct Listeners {
+    debug: TcpListener,
+    http: TcpListener,
+    grpc: GrpcListener,
+}
+
+impl Listeners {
+    /// Binds debug, HTTP and gRPC (TCP or `GRPC_UDS`) and logs where, as
+    /// the original does.
+    async fn bind(
+        l: &crate::settings::ListenerSettings,
+    ) -> Result<(Listeners, BoundAddrs), AppError> {
+        let debug = bind("debug", &l.debug_host, l.debug_port).await?;
+        let http = bind("HTTP", &l.host, l.port).await?;
+        let grpc = if l.grpc_uds.is_empty() {
+            GrpcListener::Tcp(bind("gRPC", &l.grpc_host, l.grpc_port).await?)
+        } else {
+            GrpcListener::Unix(bind_unix(&l.grpc_uds)?)
+        };
+        let addrs = BoundAddrs {
+            grpc: match &grpc {
+                GrpcListener::Tcp(t) => t.local_addr().ok(),
+                GrpcListener::Unix(_) => None,
+            },
+            http: local_addr(&http),
+            debug: local_addr(&debug),
+        };
+        tracing::warn!("Listening for debug on '{}'", addrs.debug);
+        match &addrs.grpc {
+            Some(a) => tracing::warn!("Listening for gRPC on '{a}'"),
+            None => tracing::warn!("Listening for gRPC on unix socket '{}'", l.grpc_uds),
+        }
+        tracing::warn!("Listening for HTTP on '{}'", addrs.http);
+        Ok((Listeners { debug, http, grpc }, addrs))
+    }
+}
+
+/// The gRPC services (rate limit and health) with grpc-go's server
+/// defaults, which the original runs with: a keepalive ping after 2 h idle,
+/// answered within 20 s.
+fn grpc_router(
+    l: &crate::settings::ListenerSettings,
+    engine: Arc<Engine>,
+    health_service: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+) -> GrpcRouter {
+    tonic::transport::Server::builder()
+        .max_connection_age(l.grpc_max_connection_age)
+        .max_connection_age_grace(l.grpc_max_connection_age_grace)
+        .http2_keepalive_interval(Some(Duration::from_secs(2 * 3600)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .layer(crate::service::grpc_metrics::GrpcMetricsLayer)
+        .add_service(RlsServer::new(engine, MAX_GRPC_MESSAGE))
+        .add_service(health_service)
+}
+
+/// The gRPC server task on `listener`, with TLS when `GRPC_SERVER_USE_TLS`
+/// (and the watcher that reloads a rotated certificate, to keep alive).
+fn serve_grpc(
+    router: GrpcRouter,
+    listener: GrpcListener,
+    tls: &crate::settings::GrpcTlsSettings,
+    stopped: impl Future<Output = ()> + Send + 'static,
+) -> Result<GrpcServing, AppError> {
+    let (tls_config, cert_watch) = if tls.enabled {
+        let opts = crate::service::tls::TlsOptions {
+            cert: PathBuf::from(&tls.server_cert),
+            key: PathBuf::from(&tls.server_key),
+            client_ca: (!tls.client_ca_cert.is_empty()).then(|| PathBuf::from(&tls.client_ca_cert)),
+            client_san: (!tls.client_san.is_empty()).then(|| tls.client_san.clone()),
+        };
+        let (config, cert) = crate::service::tls::server_config(&opts)
+            .map_err(|e| AppError::Unsupported(e.to_string()))?;
+        let watch = crate::service::tls::watch_certificate(cert)
+            .map_err(|e| AppError::Unsupported(format!("watching the TLS certificate: {e}")))?;
+        (Some(config), Some(watch))
+    } else {
+        (None, None)
+    };
+    let task = match (listener, tls_config) {
+        (GrpcListener::Tcp(t), Some(config)) => spawn_server(
+            router.serve_with_incoming_shutdown(crate::service::tls::incoming(t, config), stopped),
+        ),
+        (GrpcListener::Unix(_), Some(_)) => {
+            return Err(AppError::Unsupported(
+                "GRPC_SERVER_USE_TLS with GRPC_UDS is not supported".into(),
+            ))
+        }
+        (GrpcListener::Tcp(t), None) => spawn_server(router.serve_with_incoming_shutdown(
+            // No Nagle: a small response must not wait for a delayed ACK.
+            tonic::transport::server::TcpIncoming::from(t).with_nodelay(Some(true)),
+            stopped,
+        )),
+        (GrpcListener::Unix(u), None) => {
+            spawn_server(router.serve_with_incoming_shutdown(UnixListenerStream::new(u), stopped))
+        }
+    };
+    Ok((task, cert_watch))
+}
+
+/// The gRPC services behind the call-statistics layer.
+type GrpcRouter = tonic::transport::server::Router<
+    tower::layer::util::Stack<
+        crate::service::grpc_metrics::GrpcMetricsLayer,
+        tower::layer::util::Identity,
+    >,
+>;
+
+/// The gRPC server's task and, with TLS, its certificate watcher.
+type GrpcServing = (ServerTask, Option<notify::RecommendedWatcher>);
+
+/// A server running on its own task; its error as text.
+type ServerTask = tokio::task::JoinHandle<Result<(), String>>;
+
+fn spawn_server<E: std::fmt::Display>(
+    serve: impl Future<Output = Result<(), E>> + Send + 'static,
+) -> ServerTask {
+    tokio::spawn(async move { serve.await.map_err(|e| e.to_string()) })
 }
 
 /// The store the settings ask for; `None` if a shutdown signal came while
