@@ -220,6 +220,15 @@ async fn paused_redis_is_answered_by_each_rules_failure_mode() {
         .expect("open and closed answer without the store");
     assert_eq!((mixed.statuses[0].code, mixed.statuses[1].code), (OK, OVER));
     assert_eq!(mixed.overall_code, OVER);
+    // An `error` limit that failed fails the call, whatever the others say.
+    let e = t
+        .send(
+            "mixed",
+            request("f", vec![desc(&[("open", "m2")]), desc(&[("error", "m2")])]),
+        )
+        .await
+        .expect_err("an error-mode limit fails the call");
+    assert_eq!(e.code(), tonic::Code::Unknown);
     // Health stays up while answering by policy.
     assert_eq!(t.svc.http("GET", "/healthcheck", b"").status, 200);
     let slowest = t.report("paused");
@@ -234,7 +243,7 @@ async fn paused_redis_is_answered_by_each_rules_failure_mode() {
     }
     assert_eq!(
         t.svc.stat("ratelimit.store.fallback_decision"),
-        8 + 10 + 1,
+        8 + 10 + 2,
         "every open item was decided by its floor"
     );
     assert_eq!(t.svc.stat("ratelimit.store.fallback_over_limit"), 3 + 4);
