@@ -350,6 +350,8 @@ fn engine_options(settings: &Settings) -> EngineOptions {
             remaining: r.headers.remaining.clone(),
             reset: r.headers.reset.clone(),
         }),
+        header_format: r.headers.format,
+        retry_after_jitter: r.headers.retry_after_jitter,
         failure: FailureDefaults {
             mode: settings.store_failure.failure_mode,
             fallback_share: settings.store_failure.fallback_share,

@@ -174,15 +174,14 @@ pub(crate) fn status(
                     } else {
                         l.name.clone()
                     },
+                    window_seconds: l.limiter.period().as_secs(),
+                    burst: matches!(l.limiter, crate::limiter::Limiter::TokenBucket(_))
+                        .then(|| l.limiter.capacity()),
                 },
             ),
             None => (
                 u64::from(rule.requests_per_unit),
-                CurrentLimit {
-                    requests_per_unit: rule.requests_per_unit,
-                    unit: rule.unit,
-                    name: rule.name.clone(),
-                },
+                super::current_limit(rule),
             ),
         }
     };

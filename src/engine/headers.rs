@@ -1,7 +1,205 @@
-//! Rate-limit response headers (runtime.md §9). Pure.
+//! Rate-limit response headers. Pure.
+//!
+//! Three formats (`LIMIT_RESPONSE_HEADERS_FORMAT`):
+//! - [`HeaderFormat::Original`]: the original's three headers for one chosen
+//!   status ([`chosen_status`], [`headers`]), byte for byte;
+//! - [`HeaderFormat::Ietf`]: `RateLimit-Policy` and `RateLimit` of
+//!   draft-ietf-httpapi-ratelimit-headers-11, one list member per limit that
+//!   applied, plus `Retry-After` when the request is refused ([`ietf`]);
+//! - [`HeaderFormat::XRateLimit`]: Envoy's `DRAFT_VERSION_03` spelling
+//!   (`X-RateLimit-Limit: 10, 10;w=1;name="per-ip", 1000;w=3600`,
+//!   `X-RateLimit-Remaining`, `X-RateLimit-Reset`) ([`x_ratelimit`]).
+//!
+//! The structured fields are written with the `sfv` crate, so every value is
+//! a valid Structured Field List (tested by parsing it back).
+//!
+//! What a [`Policy`] says, per algorithm: `q` is `requests_per_unit`, `w` the
+//! window in seconds (`unit_multiplier` applied), `r` what remains now and
+//! `t` the seconds until the status's `duration_until_reset`, rounded up. For
+//! a fixed window `t` is the window's end; for a sliding window or log the
+//! time until the count falls (as the algorithm reports it); for a token
+//! bucket `w` is its refill period, `r` the tokens left, `t` the time until
+//! it is full again (when refused: until the next token), and the vendor
+//! parameter `rl-burst` gives its capacity.
 
+use std::time::Duration;
+
+use crate::config::Entry;
 use crate::engine::aggregate::Disposition;
 use crate::engine::types::{Code, DescriptorStatus};
+
+/// `LIMIT_RESPONSE_HEADERS_FORMAT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HeaderFormat {
+    /// The original's three headers.
+    #[default]
+    Original,
+    /// `RateLimit-Policy` and `RateLimit` (draft 11) and `Retry-After`.
+    Ietf,
+    /// Envoy's `X-RateLimit-*` (draft 03).
+    XRateLimit,
+}
+
+impl std::str::FromStr for HeaderFormat {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<HeaderFormat, ()> {
+        match s {
+            "original" => Ok(HeaderFormat::Original),
+            "ietf" => Ok(HeaderFormat::Ietf),
+            "x-ratelimit" => Ok(HeaderFormat::XRateLimit),
+            _ => Err(()),
+        }
+    }
+}
+
+/// One limit that applied to a request, as the structured fields show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Printable ASCII only (see [`policy_name`]): always a valid sf-String.
+    pub name: String,
+    /// `q`: requests per window.
+    pub quota: u64,
+    /// `w`: the window in seconds.
+    pub window_seconds: u64,
+    /// `r`: what remains.
+    pub remaining: u64,
+    /// `t`: seconds until reset, rounded up.
+    pub reset_seconds: u64,
+    /// `rl-burst`: a token bucket's capacity.
+    pub burst: Option<u64>,
+}
+
+impl Policy {
+    /// The policy of `status` (of a descriptor with `entries`), if a limit
+    /// applied to it.
+    pub fn of(status: &DescriptorStatus, entries: &[Entry]) -> Option<Policy> {
+        let limit = status.current_limit.as_ref()?;
+        Some(Policy {
+            name: policy_name(&limit.name, entries),
+            quota: u64::from(limit.requests_per_unit),
+            window_seconds: limit.window_seconds,
+            remaining: u64::from(status.limit_remaining),
+            reset_seconds: status.duration_until_reset.map_or(0, ceil_seconds),
+            burst: limit.burst,
+        })
+    }
+}
+
+/// Whole seconds, rounded up: a sub-second wait is not "0".
+pub fn ceil_seconds(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// A policy's name: the rule's `name`, or else the descriptor's entries as
+/// `key=value` joined by `,` (`key` alone for an empty value). Bytes outside
+/// printable ASCII, and `%`, are percent-encoded, so the name is a valid
+/// sf-String whatever the descriptor holds, and the same descriptor always
+/// gets the same name.
+pub fn policy_name(rule_name: &str, entries: &[Entry]) -> String {
+    let raw = if rule_name.is_empty() {
+        entries
+            .iter()
+            .map(|e| {
+                if e.value.is_empty() {
+                    e.key.clone()
+                } else {
+                    format!("{}={}", e.key, e.value)
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    } else {
+        rule_name.to_string()
+    };
+    let mut out = String::with_capacity(raw.len());
+    for b in raw.bytes() {
+        if (0x20..=0x7e).contains(&b) && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// An sf-Integer (the fields' numbers are far below its 10^15 bound;
+/// anything larger is clamped).
+fn int(n: u64) -> sfv::Integer {
+    let n = i64::try_from(n)
+        .unwrap_or(i64::MAX)
+        .min(999_999_999_999_999);
+    sfv::Integer::try_from(n).unwrap_or(sfv::integer(0))
+}
+
+fn sf_string(s: &str) -> &sfv::StringRef {
+    // `policy_name` leaves printable ASCII only; anything else (never seen)
+    // becomes the empty string rather than an invalid field.
+    sfv::StringRef::from_str(s).unwrap_or(sfv::string_ref(""))
+}
+
+/// `RateLimit-Policy`, `RateLimit` and, when the request was refused,
+/// `Retry-After` (delta-seconds, at least 1). No policies, no fields.
+pub fn ietf(policies: &[Policy], retry_after: Option<u64>) -> Vec<(String, String)> {
+    let mut policy = sfv::ListSerializer::new();
+    let mut state = sfv::ListSerializer::new();
+    for p in policies {
+        let mut item = policy
+            .bare_item(sf_string(&p.name))
+            .parameter(sfv::key_ref("q"), int(p.quota))
+            .parameter(sfv::key_ref("w"), int(p.window_seconds));
+        if let Some(b) = p.burst {
+            item = item.parameter(sfv::key_ref("rl-burst"), int(b));
+        }
+        let _ = item.finish();
+        let _ = state
+            .bare_item(sf_string(&p.name))
+            .parameter(sfv::key_ref("r"), int(p.remaining))
+            .parameter(sfv::key_ref("t"), int(p.reset_seconds));
+    }
+    let mut out = Vec::new();
+    if let (Some(policy), Some(state)) = (policy.finish(), state.finish()) {
+        out.push(("RateLimit-Policy".to_string(), policy));
+        out.push(("RateLimit".to_string(), state));
+    }
+    if let Some(secs) = retry_after {
+        out.push(("Retry-After".to_string(), secs.max(1).to_string()));
+    }
+    out
+}
+
+/// Envoy's `DRAFT_VERSION_03` headers: `X-RateLimit-Limit` is the chosen
+/// policy's quota followed by every policy as `q;w=…[;name="…"]` (the rule's
+/// own name only), then the chosen policy's remaining and reset.
+pub fn x_ratelimit(chosen: &Policy, policies: &[(Policy, bool)]) -> Vec<(String, String)> {
+    let mut limit = sfv::ListSerializer::new();
+    let _ = limit.bare_item(int(chosen.quota));
+    for (p, named) in policies {
+        let item = limit
+            .bare_item(int(p.quota))
+            .parameter(sfv::key_ref("w"), int(p.window_seconds));
+        let _ = if *named {
+            item.parameter(sfv::key_ref("name"), sf_string(&p.name))
+        } else {
+            item
+        }
+        .finish();
+    }
+    vec![
+        (
+            "X-RateLimit-Limit".to_string(),
+            limit.finish().unwrap_or_default(),
+        ),
+        (
+            "X-RateLimit-Remaining".to_string(),
+            chosen.remaining.to_string(),
+        ),
+        (
+            "X-RateLimit-Reset".to_string(),
+            chosen.reset_seconds.to_string(),
+        ),
+    ]
+}
 
 /// The three header names (`LIMIT_*_HEADER`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +267,7 @@ pub fn headers(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Entry;
     use crate::engine::types::CurrentLimit;
     use crate::limiter::Unit;
 
@@ -79,6 +278,8 @@ mod tests {
                 requests_per_unit: l,
                 unit: Unit::Minute,
                 name: String::new(),
+                window_seconds: 60,
+                burst: None,
             }),
             limit_remaining: remaining,
             duration_until_reset: None,
@@ -110,6 +311,146 @@ mod tests {
             chosen_status(&s, &[C, C, C], &[false, false, true]),
             Some(0)
         );
+    }
+
+    fn policy(name: &str, q: u64, w: u64, r: u64, t: u64, burst: Option<u64>) -> Policy {
+        Policy {
+            name: name.into(),
+            quota: q,
+            window_seconds: w,
+            remaining: r,
+            reset_seconds: t,
+            burst,
+        }
+    }
+
+    #[test]
+    fn formats_parse() {
+        for (text, format) in [
+            ("original", HeaderFormat::Original),
+            ("ietf", HeaderFormat::Ietf),
+            ("x-ratelimit", HeaderFormat::XRateLimit),
+        ] {
+            assert_eq!(text.parse(), Ok(format));
+        }
+        assert_eq!("IETF".parse::<HeaderFormat>(), Err(()));
+    }
+
+    #[test]
+    fn ietf_fields_as_the_draft_spells_them() {
+        let p = [
+            policy("per_min", 5, 60, 2, 41, None),
+            policy("bucket", 10, 1, 7, 1, Some(20)),
+        ];
+        assert_eq!(
+            ietf(&p, None),
+            vec![
+                (
+                    "RateLimit-Policy".to_string(),
+                    r#""per_min";q=5;w=60, "bucket";q=10;w=1;rl-burst=20"#.to_string()
+                ),
+                (
+                    "RateLimit".to_string(),
+                    r#""per_min";r=2;t=41, "bucket";r=7;t=1"#.to_string()
+                ),
+            ]
+        );
+        let refused = ietf(&p[..1], Some(0));
+        assert_eq!(refused[2], ("Retry-After".to_string(), "1".to_string()));
+        assert!(ietf(&[], None).is_empty());
+    }
+
+    #[test]
+    fn x_ratelimit_as_envoy_spells_it() {
+        let per_ip = policy("per-ip", 10, 1, 3, 1, None);
+        let hourly = policy("k=v", 1000, 3600, 900, 1200, None);
+        assert_eq!(
+            x_ratelimit(&per_ip, &[(per_ip.clone(), true), (hourly, false)]),
+            vec![
+                (
+                    "X-RateLimit-Limit".to_string(),
+                    r#"10, 10;w=1;name="per-ip", 1000;w=3600"#.to_string()
+                ),
+                ("X-RateLimit-Remaining".to_string(), "3".to_string()),
+                ("X-RateLimit-Reset".to_string(), "1".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn names_are_stable_printable_and_from_the_descriptor() {
+        let e = [
+            Entry::new("remote_address", "10.0.0.1"),
+            Entry::new("path", ""),
+        ];
+        assert_eq!(policy_name("", &e), "remote_address=10.0.0.1,path");
+        assert_eq!(policy_name("per-ip", &e), "per-ip");
+        assert_eq!(
+            policy_name("", &[Entry::new("k", "é\"%\n")]),
+            "k=%C3%A9\"%25%0A"
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever the descriptor and the counts, every emitted field is a
+        /// Structured Field List that parses back to what was meant.
+        #[test]
+        fn every_field_parses_back(
+            limits in proptest::collection::vec(
+                (".{0,12}", "\\PC{0,8}", ".{0,8}", 0u64..5_000_000_000, 1u64..31_536_000,
+                 0u64..5_000_000_000, 0u64..31_536_000, proptest::option::of(1u64..1_000_000)),
+                1..6,
+            ),
+            refused in proptest::option::of(0u64..100_000),
+        ) {
+            let policies: Vec<Policy> = limits
+                .iter()
+                .map(|(rule, k, v, q, w, r, t, b)| Policy {
+                    name: policy_name(rule, &[Entry::new(k.as_str(), v.as_str())]),
+                    quota: *q,
+                    window_seconds: *w,
+                    remaining: *r,
+                    reset_seconds: *t,
+                    burst: *b,
+                })
+                .collect();
+            let fields = ietf(&policies, refused);
+            let list = |name: &str| -> sfv::List {
+                let value = &fields.iter().find(|(n, _)| n == name).expect("field").1;
+                sfv::Parser::new(value).parse().expect("a valid sf-List")
+            };
+            let int = |i: &sfv::Item, key: &str| -> i64 {
+                i.params.get(key).and_then(|v| v.as_integer()).map(i64::from).expect("an integer")
+            };
+            for (field, want) in [("RateLimit-Policy", true), ("RateLimit", false)] {
+                let parsed = list(field);
+                proptest::prop_assert_eq!(parsed.len(), policies.len());
+                for (entry, p) in parsed.iter().zip(&policies) {
+                    let sfv::ListEntry::Item(item) = entry else {
+                        return Err(proptest::test_runner::TestCaseError::fail("an inner list"));
+                    };
+                    let name = item.bare_item.as_string().expect("an sf-String");
+                    proptest::prop_assert_eq!(name.as_str(), p.name.as_str());
+                    if want {
+                        proptest::prop_assert_eq!(int(item, "q"), p.quota as i64);
+                        proptest::prop_assert_eq!(int(item, "w"), p.window_seconds as i64);
+                        proptest::prop_assert_eq!(
+                            item.params.get("rl-burst").and_then(|v| v.as_integer()).map(i64::from),
+                            p.burst.map(|b| b as i64)
+                        );
+                    } else {
+                        proptest::prop_assert_eq!(int(item, "r"), p.remaining as i64);
+                        proptest::prop_assert_eq!(int(item, "t"), p.reset_seconds as i64);
+                    }
+                }
+            }
+            let retry = fields.iter().find(|(n, _)| n == "Retry-After").map(|(_, v)| v.clone());
+            proptest::prop_assert_eq!(retry, refused.map(|s| s.max(1).to_string()));
+            let named: Vec<(Policy, bool)> = policies.iter().map(|p| (p.clone(), true)).collect();
+            let x = x_ratelimit(&policies[0], &named);
+            let parsed: sfv::List = sfv::Parser::new(&x[0].1).parse().expect("a valid sf-List");
+            proptest::prop_assert_eq!(parsed.len(), policies.len() + 1);
+        }
     }
 
     #[test]

@@ -32,7 +32,7 @@ use crate::store::{
 };
 
 pub use aggregate::Disposition;
-pub use headers::HeaderNames;
+pub use headers::{HeaderFormat, HeaderNames};
 pub use local_cache::LocalCache;
 pub use types::{
     Code, CurrentLimit, DescriptorStatus, RateLimitRequest, RateLimitResponse, RequestDescriptor,
@@ -62,6 +62,10 @@ pub struct EngineOptions {
     pub response_dynamic_metadata: bool,
     /// `LIMIT_RESPONSE_HEADERS_ENABLED` with the header names.
     pub response_headers: Option<HeaderNames>,
+    /// `LIMIT_RESPONSE_HEADERS_FORMAT`: which headers, when enabled.
+    pub header_format: HeaderFormat,
+    /// `RETRY_AFTER_JITTER`: OVER_LIMIT statuses wait `[0, jitter)` longer.
+    pub retry_after_jitter: Duration,
     /// What a rule that sets no `failure_mode` does (`STORE_FAILURE_MODE`,
     /// `STORE_FALLBACK_SHARE`).
     pub failure: FailureDefaults,
@@ -111,6 +115,8 @@ impl Default for EngineOptions {
             quota_mode: false,
             response_dynamic_metadata: false,
             response_headers: None,
+            header_format: HeaderFormat::Original,
+            retry_after_jitter: Duration::ZERO,
             failure: FailureDefaults::default(),
         }
     }
@@ -141,6 +147,8 @@ struct Matched {
     quota: Vec<bool>,
     /// Each matched rule's metadata.
     metadata: Vec<Option<Arc<crate::config::Metadata>>>,
+    /// Which descriptors matched a shadow-mode rule.
+    shadow: Vec<bool>,
 }
 
 /// One checked descriptor on its way to the store.
@@ -247,6 +255,10 @@ impl Engine {
             .iter()
             .map(|l| l.as_ref().and_then(|l| l.rule.metadata.clone()))
             .collect();
+        let shadow = limits
+            .iter()
+            .map(|l| l.as_ref().is_some_and(|l| l.rule.shadow_mode))
+            .collect();
         let quota = limits
             .iter()
             .zip(&dispositions)
@@ -260,6 +272,7 @@ impl Engine {
             dispositions,
             quota,
             metadata,
+            shadow,
         })
     }
 
@@ -338,20 +351,15 @@ impl Engine {
         &self,
         request: &RateLimitRequest,
         matched: &Matched,
-        statuses: Vec<DescriptorStatus>,
+        mut statuses: Vec<DescriptorStatus>,
     ) -> RateLimitResponse {
         let (dispositions, quota) = (&matched.dispositions, &matched.quota);
+        self.jitter_refusals(&mut statuses);
         let (mut overall, passed) = aggregate::overall_code(&statuses, dispositions, quota);
-        let mut response_headers_to_add = Vec::new();
-        if let Some(names) = &self.options.response_headers {
-            if let Some(i) = headers::chosen_status(&statuses, dispositions, quota) {
-                // Whole seconds, rounded up: a sub-second wait is not "0".
-                let reset = statuses[i]
-                    .duration_until_reset
-                    .map_or(0, |d| d.as_secs() + u64::from(d.subsec_nanos() > 0));
-                response_headers_to_add = headers::headers(names, &statuses[i], reset);
-            }
-        }
+        let response_headers_to_add = match &self.options.response_headers {
+            Some(names) => self.headers(request, matched, &statuses, overall, names),
+            None => Vec::new(),
+        };
         if overall == Code::OverLimit && self.options.shadow_mode {
             overall = Code::Ok;
             self.stats.global_shadow_mode();
@@ -365,6 +373,102 @@ impl Engine {
             statuses,
             response_headers_to_add,
             dynamic_metadata,
+        }
+    }
+
+    /// `RETRY_AFTER_JITTER`: each OVER_LIMIT status waits a uniformly random
+    /// `[0, jitter)` longer, so refused clients do not all return at one
+    /// instant; never earlier than the real reset.
+    fn jitter_refusals(&self, statuses: &mut [DescriptorStatus]) {
+        let jitter = self.options.retry_after_jitter;
+        if jitter.is_zero() {
+            return;
+        }
+        for s in statuses.iter_mut().filter(|s| s.code == Code::OverLimit) {
+            if let Some(d) = &mut s.duration_until_reset {
+                *d += jitter.mul_f64(rand::random::<f64>());
+            }
+        }
+    }
+
+    /// The rate-limit headers in the configured format (computed before
+    /// global shadow mode turns a refusal into OK, as the original does).
+    ///
+    /// The structured formats list every limit that applied, in request
+    /// order, except unlimited rules (no quota) and shadow-mode rules (a
+    /// limit on trial must not change how clients behave; under global
+    /// `SHADOW_MODE` none is listed). Quota-mode limits are listed: they are
+    /// real quotas. `Retry-After` comes with a refused request: the longest
+    /// wait of its refusing limits, jitter included.
+    fn headers(
+        &self,
+        request: &RateLimitRequest,
+        matched: &Matched,
+        statuses: &[DescriptorStatus],
+        overall: Code,
+        names: &HeaderNames,
+    ) -> Vec<(String, String)> {
+        let (dispositions, quota) = (&matched.dispositions, &matched.quota);
+        let shown = |i: usize| {
+            !self.options.shadow_mode
+                && !matched.shadow[i]
+                && dispositions[i] != Disposition::Unlimited
+        };
+        let policies = || {
+            statuses
+                .iter()
+                .enumerate()
+                .filter(move |(i, _)| shown(*i))
+                .filter_map(|(i, s)| {
+                    headers::Policy::of(s, &request.descriptors[i].entries).map(|p| (i, p))
+                })
+        };
+        match self.options.header_format {
+            HeaderFormat::Original => match headers::chosen_status(statuses, dispositions, quota) {
+                Some(i) => {
+                    let reset = statuses[i]
+                        .duration_until_reset
+                        .map_or(0, headers::ceil_seconds);
+                    headers::headers(names, &statuses[i], reset)
+                }
+                None => Vec::new(),
+            },
+            HeaderFormat::Ietf => {
+                let listed: Vec<headers::Policy> = policies().map(|(_, p)| p).collect();
+                let retry_after = (overall == Code::OverLimit)
+                    .then(|| {
+                        statuses
+                            .iter()
+                            .filter(|s| s.code == Code::OverLimit)
+                            .filter_map(|s| s.duration_until_reset)
+                            .max()
+                            .map(headers::ceil_seconds)
+                    })
+                    .flatten();
+                headers::ietf(&listed, retry_after)
+            }
+            HeaderFormat::XRateLimit => {
+                let listed: Vec<(usize, headers::Policy)> = policies().collect();
+                let chosen = headers::chosen_status(statuses, dispositions, quota)
+                    .and_then(|c| listed.iter().find(|(i, _)| *i == c))
+                    .or(listed.first());
+                match chosen {
+                    Some((_, chosen)) => {
+                        let all: Vec<(headers::Policy, bool)> = listed
+                            .iter()
+                            .map(|(i, p)| {
+                                let named = statuses[*i]
+                                    .current_limit
+                                    .as_ref()
+                                    .is_some_and(|l| !l.name.is_empty());
+                                (p.clone(), named)
+                            })
+                            .collect();
+                        headers::x_ratelimit(chosen, &all)
+                    }
+                    None => Vec::new(),
+                }
+            }
         }
     }
 
@@ -562,6 +666,8 @@ fn current_limit(rule: &crate::config::RateLimitRule) -> CurrentLimit {
         requests_per_unit: rule.requests_per_unit,
         unit: rule.unit,
         name: rule.name.clone(),
+        window_seconds: rule.unit.seconds().unwrap_or(0),
+        burst: None,
     }
 }
 

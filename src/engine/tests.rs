@@ -89,7 +89,9 @@ async fn token_bucket_bursts_then_refills_at_its_rate() {
         Some(CurrentLimit {
             requests_per_unit: 10,
             unit: Unit::Second,
-            name: String::new()
+            name: String::new(),
+            window_seconds: 1,
+            burst: Some(5),
         })
     );
 }
@@ -273,5 +275,123 @@ async fn a_quota_vetoes_only_when_its_refusal_refuses_the_request() {
     assert_eq!(
         f.ask(&[&[("a", "")]], 1).await.statuses[0].limit_remaining,
         94
+    );
+}
+
+const HEADERS: &str = "domain: d\ndescriptors:\n  - key: min\n    rate_limit: {unit: minute, requests_per_unit: 2, name: per_min}\n  - key: tb\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 20}\n  - key: shadow\n    shadow_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: free\n    rate_limit: {unlimited: true}\n";
+
+fn with_headers(format: HeaderFormat, jitter: Duration) -> EngineOptions {
+    EngineOptions {
+        response_headers: Some(HeaderNames::default()),
+        header_format: format,
+        retry_after_jitter: jitter,
+        ..EngineOptions::default()
+    }
+}
+
+fn header<'a>(r: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
+    r.response_headers_to_add
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+#[tokio::test]
+async fn ietf_lists_each_applied_limit_but_not_shadow_or_unlimited_ones() {
+    let f = fixture(HEADERS, with_headers(HeaderFormat::Ietf, Duration::ZERO));
+    let all: &[&[(&str, &str)]] = &[
+        &[("min", "a")],
+        &[("tb", "x")],
+        &[("shadow", "s")],
+        &[("free", "f")],
+    ];
+    let r = f.ask(all, 1).await;
+    assert_eq!(r.overall_code, Code::Ok);
+    assert_eq!(
+        header(&r, "RateLimit-Policy"),
+        Some(r#""per_min";q=2;w=60, "tb=x";q=10;w=1;rl-burst=20"#)
+    );
+    // 59.5 s left in the minute: t is rounded up.
+    assert_eq!(
+        header(&r, "RateLimit"),
+        Some(r#""per_min";r=1;t=60, "tb=x";r=19;t=1"#)
+    );
+    assert_eq!(header(&r, "Retry-After"), None, "allowed: no Retry-After");
+    f.ask(&[&[("min", "a")]], 1).await;
+    let refused = f.ask(&[&[("min", "a")]], 1).await;
+    assert_eq!(refused.overall_code, Code::OverLimit);
+    assert_eq!(header(&refused, "Retry-After"), Some("60"));
+    assert_eq!(header(&refused, "RateLimit"), Some(r#""per_min";r=0;t=60"#));
+}
+
+#[tokio::test]
+async fn x_ratelimit_is_envoys_spelling() {
+    let f = fixture(
+        HEADERS,
+        with_headers(HeaderFormat::XRateLimit, Duration::ZERO),
+    );
+    let r = f.ask(&[&[("tb", "x")], &[("min", "a")]], 1).await;
+    // The chosen status is the one with the least remaining (per_min: 1).
+    assert_eq!(
+        header(&r, "X-RateLimit-Limit"),
+        Some(r#"2, 10;w=1, 2;w=60;name="per_min""#)
+    );
+    assert_eq!(header(&r, "X-RateLimit-Remaining"), Some("1"));
+    assert_eq!(header(&r, "X-RateLimit-Reset"), Some("60"));
+}
+
+/// RETRY_AFTER_JITTER: every refusal's wait is the real one plus
+/// [0, jitter), spread over the range, never earlier.
+#[tokio::test]
+async fn jitter_spreads_retries_over_its_range_and_never_earlier() {
+    let jitter = Duration::from_secs(10);
+    let f = fixture(HEADERS, with_headers(HeaderFormat::Ietf, jitter));
+    f.admitted(&[&[("min", "j")]], 2).await;
+    // The original's window reports whole seconds: 60 s at a minute's start.
+    let real = Duration::from_secs(60);
+    let mut waits = Vec::new();
+    for _ in 0..200 {
+        let r = f.ask(&[&[("min", "j")]], 1).await;
+        assert_eq!(r.overall_code, Code::OverLimit);
+        let wait = r.statuses[0].duration_until_reset.expect("a retry time");
+        assert!(wait >= real && wait < real + jitter, "{wait:?}");
+        let retry: u64 = header(&r, "Retry-After")
+            .expect("Retry-After")
+            .parse()
+            .unwrap();
+        assert!((60..=70).contains(&retry), "Retry-After {retry}");
+        waits.push(wait - real);
+    }
+    let (min, max) = (
+        waits.iter().min().copied().unwrap_or_default(),
+        waits.iter().max().copied().unwrap_or_default(),
+    );
+    // 200 uniform draws: all in the top or bottom 80 % has odds below 1e-19.
+    assert!(
+        min < Duration::from_secs(2) && max > Duration::from_secs(8),
+        "{min:?}..{max:?}"
+    );
+    // Allowed statuses are never jittered.
+    let ok = f.ask(&[&[("tb", "j")]], 1).await;
+    assert_eq!(
+        ok.statuses[0].duration_until_reset,
+        Some(Duration::from_millis(100))
+    );
+}
+
+#[tokio::test]
+async fn original_format_is_unchanged_by_the_new_settings_defaults() {
+    let f = fixture(
+        HEADERS,
+        with_headers(HeaderFormat::Original, Duration::ZERO),
+    );
+    let r = f.ask(&[&[("min", "o")]], 1).await;
+    assert_eq!(
+        r.response_headers_to_add,
+        vec![
+            ("RateLimit-Limit".to_string(), "2".to_string()),
+            ("RateLimit-Remaining".to_string(), "1".to_string()),
+            ("RateLimit-Reset".to_string(), "60".to_string()),
+        ]
     );
 }

@@ -49,6 +49,12 @@ pub struct CurrentLimit {
     pub unit: Unit,
     /// The rule's name; "" when unnamed.
     pub name: String,
+    /// The window (or a token bucket's refill period) in seconds, with
+    /// `unit_multiplier` applied: what the `w` of the RateLimit fields says.
+    pub window_seconds: u64,
+    /// A token bucket's burst (its capacity); `None` for the other
+    /// algorithms.
+    pub burst: Option<u64>,
 }
 
 /// The verdict for one descriptor.

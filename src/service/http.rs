@@ -101,5 +101,17 @@ async fn json_bridge(State(s): State<AppState>, req: Request) -> Response {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    // The rate-limit headers also as real HTTP headers (the body keeps
+    // `responseHeadersToAdd` as the original has it). A name or value that
+    // is not a valid header (a `LIMIT_*_HEADER` set to one) stays in the
+    // body only.
+    for (name, value) in &response.response_headers_to_add {
+        if let (Ok(n), Ok(v)) = (
+            header::HeaderName::try_from(name.as_str()),
+            HeaderValue::try_from(value.as_str()),
+        ) {
+            r.headers_mut().append(n, v);
+        }
+    }
     r
 }

@@ -314,6 +314,8 @@ mod tests {
                         requests_per_unit: 1,
                         unit: Unit::Minute,
                         name: String::new(),
+                        window_seconds: 60,
+                        burst: None,
                     }),
                     limit_remaining: 0,
                     duration_until_reset: Some(Duration::from_secs(41)),
@@ -324,6 +326,8 @@ mod tests {
                         requests_per_unit: 2,
                         unit: Unit::Minute,
                         name: String::new(),
+                        window_seconds: 60,
+                        burst: None,
                     }),
                     limit_remaining: 1,
                     duration_until_reset: Some(Duration::from_secs(41)),
@@ -346,6 +350,8 @@ mod tests {
                 requests_per_unit: 0,
                 unit: Unit::Second,
                 name: String::new(),
+                window_seconds: 1,
+                burst: None,
             }),
             ..DescriptorStatus::default()
         };

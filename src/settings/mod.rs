@@ -302,6 +302,11 @@ pub struct ResponseHeaderSettings {
     pub remaining: String,
     /// `LIMIT_RESET_HEADER`: header name for the seconds until reset.
     pub reset: String,
+    /// `LIMIT_RESPONSE_HEADERS_FORMAT` (ours): which headers.
+    pub format: crate::engine::HeaderFormat,
+    /// `RETRY_AFTER_JITTER` (ours): the largest random delay added to the
+    /// retry time of a refusal.
+    pub retry_after_jitter: Duration,
 }
 
 /// The Redis backend: a main client, an optional per-second client, and what they share.
@@ -784,6 +789,12 @@ impl Settings {
                     limit: r.string(ENV_LIMIT_LIMIT_HEADER),
                     remaining: r.string(ENV_LIMIT_REMAINING_HEADER),
                     reset: r.string(ENV_LIMIT_RESET_HEADER),
+                    format: r.get(ENV_LIMIT_RESPONSE_HEADERS_FORMAT, |s| {
+                        s.parse().map_err(|()| ParseError::OneOf {
+                            expected: "original, ietf, x-ratelimit",
+                        })
+                    }),
+                    retry_after_jitter: r.get(ENV_RETRY_AFTER_JITTER, parse_duration),
                 },
                 shadow_mode: r.get(ENV_SHADOW_MODE, parse_bool),
                 quota_mode: r.get(ENV_QUOTA_MODE, parse_bool),

@@ -109,6 +109,15 @@ pub const ENV_STORE_FAILURE_MODE: &str = "STORE_FAILURE_MODE";
 /// `fallback_requests_per_unit`. Ours; default `0.1`.
 pub const ENV_STORE_FALLBACK_SHARE: &str = "STORE_FALLBACK_SHARE";
 
+/// Which rate-limit headers `LIMIT_RESPONSE_HEADERS_ENABLED` adds:
+/// `original` (the original's three, byte for byte), `ietf` (RateLimit-Policy
+/// and RateLimit of the IETF draft, and Retry-After) or `x-ratelimit`
+/// (Envoy's X-RateLimit-* spelling). Ours; default `original`.
+pub const ENV_LIMIT_RESPONSE_HEADERS_FORMAT: &str = "LIMIT_RESPONSE_HEADERS_FORMAT";
+/// A uniformly random extra delay in [0, jitter) added to the retry time of
+/// OVER_LIMIT statuses (and so to Retry-After). Ours; default `0s`.
+pub const ENV_RETRY_AFTER_JITTER: &str = "RETRY_AFTER_JITTER";
+
 /// Variables this service adds to the original's. Each is opt-in: its
 /// default keeps an existing deployment's behaviour.
 pub static EXTENSIONS: &[VarSpec] = &[
@@ -134,6 +143,18 @@ pub static EXTENSIONS: &[VarSpec] = &[
         name: ENV_ALL_OR_NOTHING,
         kind: Kind::Bool,
         default: "false",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_LIMIT_RESPONSE_HEADERS_FORMAT,
+        kind: Kind::String,
+        default: "original",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_RETRY_AFTER_JITTER,
+        kind: Kind::Duration,
+        default: "0s",
         support: Support::Active,
     },
     VarSpec {

@@ -173,6 +173,8 @@ mod tests {
                     requests_per_unit: 10,
                     unit: Unit::Week,
                     name: "n".into(),
+                    window_seconds: 604_800,
+                    burst: None,
                 }),
                 limit_remaining: 0,
                 duration_until_reset: Some(Duration::from_secs(58)),
