@@ -151,9 +151,59 @@ fn first_invalid_utf8_line(input: &[u8]) -> Option<usize> {
     Some(1 + input[..valid].iter().filter(|&&b| b == b'\n').count())
 }
 
+/// The stream as UTF-8. yaml.v2 also reads UTF-16 (little or big endian,
+/// told by its byte-order mark); such a stream is transcoded here, because
+/// libyaml-safer's UTF-16 reader misreads valid input (it consumes code units
+/// as bytes) and asserts on an unpaired surrogate. A broken UTF-16 stream is
+/// refused with yaml.v2's reader texts and the line of the bad unit.
+fn utf8_input(input: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, SyntaxError> {
+    let big_endian = match input {
+        [0xFE, 0xFF, ..] => true,
+        [0xFF, 0xFE, ..] => false,
+        _ => return Ok(std::borrow::Cow::Borrowed(input)),
+    };
+    let body = &input[2..];
+    let units: Vec<u16> = body
+        .chunks_exact(2)
+        .map(|c| {
+            if big_endian {
+                u16::from_be_bytes([c[0], c[1]])
+            } else {
+                u16::from_le_bytes([c[0], c[1]])
+            }
+        })
+        .collect();
+    let mut out = String::with_capacity(units.len());
+    let (mut line, mut at) = (1, 0);
+    for ch in char::decode_utf16(units.iter().copied()) {
+        match ch {
+            Ok(c) => {
+                line += usize::from(c == '\n');
+                at += c.len_utf16();
+                out.push(c);
+            }
+            Err(e) => {
+                let low = (0xDC00..=0xDFFF).contains(&e.unpaired_surrogate());
+                let at_end = at + 1 >= units.len();
+                let problem = match (low, at_end) {
+                    (true, _) => "unexpected low surrogate area",
+                    (false, true) => "incomplete UTF-16 surrogate pair",
+                    (false, false) => "expected low surrogate area",
+                };
+                return Err(SyntaxError::new(problem, Some(line)));
+            }
+        }
+    }
+    if body.len() % 2 == 1 {
+        return Err(SyntaxError::new("incomplete UTF-16 character", Some(line)));
+    }
+    Ok(std::borrow::Cow::Owned(out.into_bytes()))
+}
+
 /// Parses the first document of `input`; later documents are ignored, as
 /// yaml.v2 does. An empty stream gives an empty mapping.
 pub(crate) fn parse(input: &[u8]) -> Result<Node, SyntaxError> {
+    let input = &*utf8_input(input)?;
     let mut bytes = input;
     let mut parser = Parser::new();
     parser.set_input_string(&mut bytes);
@@ -466,6 +516,65 @@ fn go_float(s: &str) -> Option<f64> {
         return None;
     }
     s.parse::<f64>().ok().filter(|f| f.is_finite())
+}
+
+#[cfg(test)]
+mod utf16_tests {
+    use super::*;
+
+    fn utf16(text: &str, big_endian: bool) -> Vec<u8> {
+        let mut out = if big_endian {
+            vec![0xFE, 0xFF]
+        } else {
+            vec![0xFF, 0xFE]
+        };
+        for u in text.encode_utf16() {
+            out.extend(if big_endian {
+                u.to_be_bytes()
+            } else {
+                u.to_le_bytes()
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn utf16_streams_read_as_their_utf8_text() {
+        let text = "domain: d\ndescriptors:\n  - key: \u{1F600}\n";
+        for big in [false, true] {
+            let parsed = parse(&utf16(text, big)).expect("valid UTF-16");
+            assert_eq!(parsed, parse(text.as_bytes()).expect("valid UTF-8"));
+        }
+    }
+
+    #[test]
+    fn broken_utf16_is_yaml_v2s_reader_error_with_its_line() {
+        let mut lone_high = utf16("a: b\nc: ", false);
+        lone_high.extend([0x00, 0xD8, 0x20, 0x00]);
+        let e = parse(&lone_high).expect_err("unpaired");
+        assert_eq!(
+            (e.message.as_str(), e.line),
+            ("yaml: expected low surrogate area", Some(2))
+        );
+        let mut lone_low = utf16("a: ", true);
+        lone_low.extend([0xDC, 0x00]);
+        assert_eq!(
+            parse(&lone_low).expect_err("unpaired").message,
+            "yaml: unexpected low surrogate area"
+        );
+        let mut dangling = utf16("a: ", false);
+        dangling.extend([0x00, 0xD8]);
+        assert_eq!(
+            parse(&dangling).expect_err("cut").message,
+            "yaml: incomplete UTF-16 surrogate pair"
+        );
+        let mut odd = utf16("a: b", false);
+        odd.push(0x41);
+        assert_eq!(
+            parse(&odd).expect_err("odd").message,
+            "yaml: incomplete UTF-16 character"
+        );
+    }
 }
 
 #[cfg(test)]
