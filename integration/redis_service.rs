@@ -914,13 +914,20 @@ async fn several_limits(redis: &Redis) {
     wait_for_fresh_window(60, 10);
     let user = || desc(&[("user", "ann")]);
     let mut admitted = 0;
+    let started = std::time::Instant::now();
     for _ in 0..20 {
         let r = call(&mut c, request("m", vec![user()]))
             .await
             .expect("call");
         admitted += usize::from(r.overall_code == OK);
     }
-    assert_eq!(admitted, 10, "the bucket's burst");
+    // The burst, plus what 10/s refills while the calls ran (a loaded
+    // machine takes longer than 100 ms for them).
+    let refilled = (started.elapsed().as_secs_f64() * 10.0).ceil() as usize;
+    assert!(
+        (10..=10 + refilled).contains(&admitted),
+        "the bucket's burst: {admitted} admitted, {refilled} refilled"
+    );
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     let r = call(&mut c, request("m", vec![user()]))
         .await
@@ -928,7 +935,8 @@ async fn several_limits(redis: &Redis) {
     assert_eq!(r.overall_code, OK);
     let s = &r.statuses[0];
     assert_eq!(
-        s.limit_remaining, 4,
+        s.limit_remaining as usize,
+        15 - admitted - 1,
         "the minute is the closest to exhaustion"
     );
     assert_eq!(
@@ -955,8 +963,9 @@ async fn several_limits(redis: &Redis) {
         .await
         .expect("call");
     assert_eq!(
-        r.statuses[0].limit_remaining, 3,
-        "only the admitted request counted"
+        r.statuses[0].limit_remaining as usize,
+        15 - admitted - 2,
+        "only the admitted requests counted"
     );
     let keys = redis.cli(&["--scan", "--pattern", "rl2:*"]);
     let mut keys: Vec<&str> = keys.lines().collect();
