@@ -147,6 +147,22 @@ async fn one(
     (r.overall_code == 1, sent + (answered - sent) / 2)
 }
 
+/// `n` unit requests on `(alg, run=value)` at once, each on its own clone of
+/// `client` (one HTTP/2 connection, concurrent streams).
+async fn burst(
+    client: &RateLimitServiceClient<Channel>,
+    algorithm: AlgorithmName,
+    value: &str,
+    n: usize,
+) -> Vec<(bool, Duration)> {
+    let calls = (0..n).map(|_| {
+        let mut client = client.clone();
+        let value = value.to_string();
+        async move { one(&mut client, algorithm, "run", &value).await }
+    });
+    futures::future::join_all(calls).await
+}
+
 /// Sleeps until the wall clock reads `at`.
 async fn until(at: Duration) {
     let now = now();
@@ -189,18 +205,17 @@ pub async fn timed_patterns(
     let run = format!("{:x}", rand_u64());
     let mut out = Vec::new();
 
-    // Boundary burst: 20 at 60 ms before a second boundary, 20 at 10 ms after.
+    // Boundary burst: 20 at once 200 ms before a second boundary, 20 at once
+    // 10 ms after it. Each burst is sent concurrently, so that it lands on
+    // its side of the boundary even on a slow machine (20 sequential calls
+    // can take longer than the gap).
     let boundary = Duration::from_secs(now().as_secs() + 2);
-    until(boundary - Duration::from_millis(60)).await;
-    let mut results = Vec::new();
+    until(boundary - Duration::from_millis(200)).await;
     let value = format!("{run}-boundary");
-    for _ in 0..20 {
-        results.push(one(client, algorithm, "run", &value).await);
-    }
+    let mut results = burst(client, algorithm, &value, 20).await;
     until(boundary + Duration::from_millis(10)).await;
-    for _ in 0..20 {
-        results.push(one(client, algorithm, "run", &value).await);
-    }
+    results.extend(burst(client, algorithm, &value, 20).await);
+    results.sort_by_key(|r| r.1);
     out.push(outcome(store, algorithm, "boundary burst", &results));
 
     // Steady 2x: 20 per second for 3 s, every 50 ms from mid-second.
