@@ -435,7 +435,9 @@ impl Engine {
             },
             HeaderFormat::Ietf => {
                 let listed: Vec<headers::Policy> = policies().map(|(_, p)| p).collect();
-                let retry_after = (overall == Code::OverLimit)
+                // Global shadow mode answers OK: nothing to retry.
+                let refused = overall == Code::OverLimit && !self.options.shadow_mode;
+                let retry_after = refused
                     .then(|| {
                         statuses
                             .iter()

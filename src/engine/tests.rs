@@ -395,3 +395,25 @@ async fn original_format_is_unchanged_by_the_new_settings_defaults() {
         ]
     );
 }
+
+#[tokio::test]
+async fn global_shadow_mode_lists_nothing_and_never_says_retry() {
+    let options = EngineOptions {
+        shadow_mode: true,
+        ..with_headers(HeaderFormat::Ietf, Duration::ZERO)
+    };
+    let f = fixture(HEADERS, options);
+    for _ in 0..3 {
+        let r = f.ask(&[&[("min", "s")]], 1).await;
+        assert_eq!(
+            r.overall_code,
+            Code::Ok,
+            "shadow mode lets everything through"
+        );
+        assert!(
+            r.response_headers_to_add.is_empty(),
+            "{:?}",
+            r.response_headers_to_add
+        );
+    }
+}
