@@ -63,4 +63,4 @@ if ! command -v npm >/dev/null 2>&1; then
     $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get update
     $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends npm
 fi
-integration/helm/check.sh
+integration/packaging/check.sh

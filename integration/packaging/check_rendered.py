@@ -1,6 +1,6 @@
 """Checks on the chart's rendered manifests that need the real binary.
 
-Called by integration/helm/check.sh with the directory of rendered manifests
+Called by integration/packaging/check.sh with the directory of rendered manifests
 (`<label>.rendered.yaml`) and the chart directory; writes the number of
 passed checks to `<dir>/python-passed`. Loopback only; every wait is bounded.
 """
