@@ -16,20 +16,10 @@ import tempfile
 
 import yaml
 
+from report import fail, ok, write_count
+
 WORK = sys.argv[1]
 CHECK = os.path.abspath("target/debug/ratelimit_config_check")
-passed = 0
-
-
-def ok(what):
-    global passed
-    passed += 1
-    print(f"ok: {what}")
-
-
-def fail(what):
-    print(f"FAILED: {what}", file=sys.stderr)
-    sys.exit(1)
 
 
 def register_types(node):
@@ -96,5 +86,4 @@ with tempfile.TemporaryDirectory() as d:
             fail(f"ratelimit_config_check {directory}: {out.stdout}{out.stderr}")
 ok("the examples' descriptor configs pass ratelimit_config_check")
 
-with open(os.path.join(WORK, "examples-passed"), "w") as f:
-    f.write(str(passed))
+write_count(WORK, "examples-passed")

@@ -18,22 +18,12 @@ import urllib.request
 
 import yaml
 
+from report import fail, ok, write_count
+
 WORK, CHART = sys.argv[1], sys.argv[2]
 BIN = os.path.abspath("target/debug/ratelimit")
 CHECK = os.path.abspath("target/debug/ratelimit_config_check")
 CLIENT = os.path.abspath("target/debug/ratelimit_client")
-passed = 0
-
-
-def ok(what):
-    global passed
-    passed += 1
-    print(f"ok: {what}")
-
-
-def fail(what):
-    print(f"FAILED: {what}", file=sys.stderr)
-    sys.exit(1)
 
 
 def docs(label):
@@ -219,5 +209,4 @@ with tempfile.TemporaryDirectory() as root:
         proc.wait()
 ok(f"all {len(wanted)} metrics the dashboard queries are exported")
 
-with open(os.path.join(WORK, "python-passed"), "w") as f:
-    f.write(str(passed))
+write_count(WORK, "python-passed")
