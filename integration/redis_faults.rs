@@ -457,3 +457,42 @@ async fn paused_cluster_primary_fails_only_its_keys_until_failover() {
     assert_ne!(new_owner, port_a, "a new primary owns the slot");
     cluster.resume_node(port_a);
 }
+
+/// A request mixing an original window and an opt-in limit makes two store
+/// calls; they share the request's one STORE_TIMEOUT (1 s here, breaker
+/// off), so during a pause it waits one deadline, not two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_request_waits_one_deadline_for_both_its_store_calls() {
+    let redis = RedisServer::start();
+    let addr = redis.addr();
+    let mut env = redis_env(&addr);
+    env.retain(|(k, _)| *k != "STORE_TIMEOUT");
+    env.extend([("STORE_TIMEOUT", "1s"), ("STORE_BREAKER_FAILURES", "0")]);
+    let svc = Service::start(&[("rules.yaml", RULES)], &env);
+    let mut t = Timed::new(svc).await;
+    let mixed = || request("f", vec![desc(&[("open", "x")]), desc(&[("bucket", "x")])]);
+    assert_eq!(
+        t.send("mixed", mixed()).await.map(|r| r.overall_code).ok(),
+        Some(OK)
+    );
+    redis.pause();
+    let started = Instant::now();
+    let answer = t.send("mixed", mixed()).await.expect("both fail open");
+    let took = started.elapsed();
+    redis.resume();
+    assert_eq!(
+        (answer.statuses[0].code, answer.statuses[1].code),
+        (OK, OK),
+        "both answered by their floors"
+    );
+    println!("mixed request during the pause: {took:?}");
+    assert!(
+        took >= Duration::from_secs(1),
+        "waited the deadline: {took:?}"
+    );
+    // Two deadlines would be 2 s; loose for a loaded machine.
+    assert!(
+        took < Duration::from_millis(1_800),
+        "one shared deadline: {took:?}"
+    );
+}

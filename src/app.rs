@@ -352,6 +352,10 @@ fn engine_options(settings: &Settings) -> EngineOptions {
         }),
         header_format: r.headers.format,
         retry_after_jitter: r.headers.retry_after_jitter,
+        // The memory store has nothing to wait for; Redis is wrapped in the
+        // same deadline per call (resilience::Deadline).
+        store_timeout: (settings.limiter.backend_type == BackendType::Redis)
+            .then_some(settings.store_failure.timeout),
         failure: FailureDefaults {
             mode: settings.store_failure.failure_mode,
             fallback_share: settings.store_failure.fallback_share,

@@ -66,6 +66,10 @@ pub struct EngineOptions {
     pub header_format: HeaderFormat,
     /// `RETRY_AFTER_JITTER`: OVER_LIMIT statuses wait `[0, jitter)` longer.
     pub retry_after_jitter: Duration,
+    /// `STORE_TIMEOUT` for the whole store phase of a request: its store
+    /// calls (two when original windows and opt-in limits meet) share one
+    /// deadline. `None`: each call is bounded only by the store's layers.
+    pub store_timeout: Option<Duration>,
     /// What a rule that sets no `failure_mode` does (`STORE_FAILURE_MODE`,
     /// `STORE_FALLBACK_SHARE`).
     pub failure: FailureDefaults,
@@ -117,6 +121,7 @@ impl Default for EngineOptions {
             response_headers: None,
             header_format: HeaderFormat::Original,
             retry_after_jitter: Duration::ZERO,
+            store_timeout: None,
             failure: FailureDefaults::default(),
         }
     }
@@ -295,7 +300,11 @@ impl Engine {
             .unzip();
         let pending = self.pending(request, original, now);
         let (checks, checked) = self.checks(request, to_check, &matched.quota, now);
-        let after = self.count(&pending).await?;
+        let deadline = self
+            .options
+            .store_timeout
+            .map(|t| tokio::time::Instant::now() + t);
+        let after = self.count(&pending, deadline).await?;
 
         let mut statuses: Vec<DescriptorStatus> = matched
             .dispositions
@@ -329,7 +338,7 @@ impl Engine {
             items: checks,
             commit,
         };
-        let reply = self.store.execute(&work, None).await;
+        let reply = self.store.execute(&work, deadline).await;
         let answers = reply
             .answers
             .into_iter()
@@ -560,7 +569,11 @@ impl Engine {
     /// One store round trip for the descriptors not answered by the local
     /// cache; returns each pending descriptor's answer: its counter after
     /// the increment, or its failure policy's (`None` for local-cache hits).
-    async fn count(&self, pending: &[Pending]) -> Result<Vec<Option<Answer>>, ServiceError> {
+    async fn count(
+        &self,
+        pending: &[Pending],
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Vec<Option<Answer>>, ServiceError> {
         let any_cached = pending.iter().any(|p| p.cached_over);
         let stop = self.options.stop_increment_when_over_limit;
         let batch: Vec<Increment> = pending
@@ -591,7 +604,7 @@ impl Engine {
                 items: batch,
                 policy,
             };
-            let reply = self.store.execute(&work, None).await;
+            let reply = self.store.execute(&work, deadline).await;
             reply
                 .answers
                 .into_iter()
