@@ -73,6 +73,18 @@ impl Timed {
             .await
     }
 
+    /// Whether an `error`-mode call on `value` is answered (by Redis, since
+    /// that mode has no fallback) within `tries` tries 100 ms apart.
+    async fn answered_again(&mut self, value: &str, tries: u32) -> bool {
+        for _ in 0..tries {
+            if code(&self.one("error", value).await) == OK {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+
     /// Per mode: calls, median and largest time; and the largest of all.
     fn report(&self, what: &str) -> Duration {
         let mut modes: Vec<&str> = self.times.iter().map(|(m, _)| *m).collect();
@@ -250,14 +262,7 @@ async fn paused_redis_is_answered_by_each_rules_failure_mode() {
 
     redis.resume();
     let resumed = Instant::now();
-    let mut back = false;
-    for _ in 0..100 {
-        if code(&t.one("error", "c").await) == OK {
-            back = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let back = t.answered_again("c", 100).await;
     assert!(back, "answered by Redis again without a restart");
     println!("paused: recovered {:?} after SIGCONT", resumed.elapsed());
     assert!(t
@@ -301,14 +306,7 @@ async fn killed_redis_fails_at_once_and_is_found_again_after_a_restart() {
 
     redis.restart();
     let restarted = Instant::now();
-    let mut back = false;
-    for _ in 0..150 {
-        if code(&t.one("error", "b").await) == OK {
-            back = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let back = t.answered_again("b", 150).await;
     assert!(back, "served by Redis again after the restart");
     println!(
         "killed: recovered {:?} after the restart",
@@ -437,14 +435,7 @@ async fn paused_cluster_primary_fails_only_its_keys_until_failover() {
     assert!(slowest < LOOSE_BOUND, "slowest call {slowest:?}");
 
     // The replica takes over (node timeout 2 s); the service follows.
-    let mut back = false;
-    for _ in 0..300 {
-        if code(&t.one("error", &a).await) == OK {
-            back = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let back = t.answered_again(&a, 300).await;
     assert!(
         back,
         "the paused primary's keys served by its promoted replica"
