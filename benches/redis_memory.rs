@@ -84,6 +84,7 @@ fn main() {
                         cost: 1,
                         binding: true,
                         on_failure: Default::default(),
+                        lease: false,
                     })
                     .collect();
                 let reply = store.check(&batch).await.expect("check");
@@ -147,6 +148,7 @@ fn main() {
                 cost: 100,
                 binding: true,
                 on_failure: Default::default(),
+                lease: false,
             };
             assert!(store.check(&[check]).await.expect("check").committed);
         }

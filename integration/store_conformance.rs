@@ -78,7 +78,13 @@ async fn wrapped_redis_store(target: Target) -> Arc<dyn Store> {
             cooldown: Duration::from_secs(1),
         }),
     };
-    resilience::wrap(connect_redis(target).await, options, Arc::new(SystemClock))
+    resilience::wrap(
+        connect_redis(target).await,
+        options,
+        Default::default(),
+        Arc::new(SystemClock),
+    )
+    .store
 }
 
 /// Counters count per key, zero hits read without consuming.
@@ -173,6 +179,7 @@ fn check(key: &str, algorithm: AlgorithmName, limit: u64, cost: u64) -> Check {
         cost,
         binding: true,
         on_failure: Default::default(),
+        lease: false,
     }
 }
 
@@ -293,6 +300,7 @@ async fn original_window_shares_the_original_counter(store: Arc<dyn Store>, p: &
         cost,
         binding: true,
         on_failure: Default::default(),
+        lease: false,
     };
     store
         .increment(&[inc(&key, 1, 3)], IncrementPolicy::Always)

@@ -25,6 +25,7 @@ use crate::config::provider::ProviderOptions;
 use crate::config::watcher::{ConfigWatcher, ReloadStatus};
 use crate::config::LiveConfig;
 use crate::engine::{Engine, EngineOptions, FailureDefaults, HeaderNames, LocalCache};
+use crate::hotkeys::{HotKeysView, TopKeys};
 use crate::limiter::{Clock, SystemClock};
 use crate::metrics::{LocalCacheGauges, MetricsHandle, MetricsOptions, Stats};
 use crate::resilience::{self, BreakerOptions, ResilienceOptions};
@@ -151,10 +152,10 @@ pub async fn run(
     let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
 
     // The store.
-    let Some((store, _sweeper)) = build_store(&settings, &clock, &health, shutdown.clone()).await?
-    else {
+    let Some(built) = build_store(&settings, &clock, &health, shutdown.clone()).await? else {
         return Ok(());
     };
+    let store = Arc::clone(&built.store);
     health.set(Component::Backend, true).await;
 
     // The configuration.
@@ -169,14 +170,25 @@ pub async fn run(
         n if n > 0 => Some(LocalCache::new(n as u64)),
         _ => None,
     };
-    let engine = Arc::new(Engine::new(
+    let mut engine = Engine::new(
         live.clone(),
         store,
-        clock,
+        Arc::clone(&clock),
         engine_options(&settings),
         local_cache,
         service_stats,
-    ));
+    );
+    let hot_keys = (settings.hot_keys.top_k > 0).then(|| HotKeysView {
+        top: Arc::new(TopKeys::new(settings.hot_keys.top_k)),
+        leases: built.leases.as_ref().map(|l| l.table()),
+        clock: Arc::clone(&clock),
+    });
+    if let Some(view) = &hot_keys {
+        engine = engine.with_top_keys(Arc::clone(&view.top));
+        let (view, k) = (view.clone(), settings.hot_keys.top_k);
+        metrics.add_generator(move || crate::metrics::record_hot_keys(&view.rates_by_rank(), k));
+    }
+    let engine = Arc::new(engine);
     if engine.local_cache().is_some() {
         let engine = Arc::downgrade(&engine);
         metrics.add_generator(move || {
@@ -214,10 +226,14 @@ pub async fn run(
     let debug_task = spawn_server(
         axum::serve(
             listeners.debug,
-            crate::service::debug::router(live, {
-                let metrics = metrics.clone();
-                Arc::new(move || metrics.render_stats())
-            }),
+            crate::service::debug::router(
+                live,
+                {
+                    let metrics = metrics.clone();
+                    Arc::new(move || metrics.render_stats())
+                },
+                hot_keys,
+            ),
         )
         .with_graceful_shutdown(stopped(stop_rx.clone()))
         .into_future(),
@@ -244,6 +260,12 @@ pub async fn run(
     .await;
     status_task.abort();
     watcher.shutdown().await;
+    if let Some(leases) = &built.leases {
+        let returned = leases.return_all().await;
+        if returned > 0 {
+            tracing::info!(tokens = returned, "returned unspent leases to the store");
+        }
+    }
     Ok(())
 }
 
@@ -487,17 +509,32 @@ fn spawn_server<E: std::fmt::Display>(
 
 /// The store the settings ask for; `None` if a shutdown signal came while
 /// waiting for Redis. The memory store comes with its sweeper's guard.
+/// The store the engine calls, with what keeps its background tasks alive.
+struct BuiltStore {
+    store: Arc<dyn Store>,
+    /// The lease layer of a wrapped store (the memory store has none: its
+    /// state is already local).
+    leases: Option<Arc<crate::hotkeys::Leases<Arc<dyn Store>>>>,
+    _sweeper: Option<SweeperGuard>,
+    _wrapped: Option<resilience::Wrapped>,
+}
+
 async fn build_store(
     settings: &Settings,
     clock: &Arc<dyn Clock>,
     health: &Health,
     shutdown: impl Future<Output = Signal>,
-) -> Result<Option<(Arc<dyn Store>, Option<SweeperGuard>)>, AppError> {
-    let built: (Arc<dyn Store>, Option<SweeperGuard>) = match settings.limiter.backend_type {
+) -> Result<Option<BuiltStore>, AppError> {
+    let built = match settings.limiter.backend_type {
         BackendType::Memory => {
             let store = Arc::new(MemoryStore::new(Arc::clone(clock)));
             let sweeper = store.spawn_sweeper(Duration::from_secs(1));
-            (store, Some(sweeper))
+            BuiltStore {
+                store,
+                leases: None,
+                _sweeper: Some(sweeper),
+                _wrapped: None,
+            }
         }
         BackendType::Redis => {
             let r = &settings.redis;
@@ -554,7 +591,14 @@ async fn build_store(
                     cooldown: f.breaker_cooldown,
                 }),
             };
-            (resilience::wrap(store, options, Arc::clone(clock)), None)
+            let wrapped =
+                resilience::wrap(store, options, settings.hot_keys.lease, Arc::clone(clock));
+            BuiltStore {
+                store: Arc::clone(&wrapped.store),
+                leases: Some(Arc::clone(&wrapped.leases)),
+                _sweeper: None,
+                _wrapped: Some(wrapped),
+            }
         }
         BackendType::Memcache => {
             return Err(AppError::Unsupported(

@@ -34,6 +34,7 @@ pub mod cli;
 pub mod config;
 pub mod engine;
 mod go_syntax;
+pub mod hotkeys;
 pub mod limiter;
 pub mod logging;
 pub mod metrics;

@@ -34,6 +34,8 @@ pub const VALID_KEYS: &[&str] = &[
     "rate_limits",
     "failure_mode",
     "fallback_requests_per_unit",
+    "shards",
+    "lease",
 ];
 
 /// A failed check: the message and the 1-based line of the offending node.

@@ -32,6 +32,12 @@ pub fn dump(tree: &DescriptorTree) -> String {
             if let crate::limiter::Limiter::TokenBucket(b) = &l.limiter {
                 let _ = write!(out, " burst {}", b.burst());
             }
+            if l.hot.shards > 1 {
+                let _ = write!(out, " shards {}", l.hot.shards);
+            }
+            if l.hot.lease {
+                out.push_str(" lease");
+            }
             write_failure(&mut out, &l.failure);
         }
         if rule.limits.is_empty() {

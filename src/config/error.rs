@@ -124,6 +124,21 @@ pub enum ConfigErrorKind {
         /// The block's `requests_per_unit`.
         limit: u32,
     },
+    /// `shards:` outside `2..=64`.
+    #[error("shards must be between 2 and 64, got {0}")]
+    ShardsOutOfRange(u32),
+    /// More sub-buckets than the limit (or a token bucket's burst) can
+    /// give each at least one request.
+    #[error("shards ({shards}) must not exceed the limit's capacity ({capacity}): every sub-bucket needs at least one request")]
+    ShardsAboveCapacity {
+        /// The sub-buckets asked for.
+        shards: u32,
+        /// `requests_per_unit`, or a token bucket's burst if smaller.
+        capacity: u64,
+    },
+    /// `lease: true` on the exact log, which has no batch to lend out.
+    #[error("lease does not apply to sliding_log: an exact log cannot lend tokens out")]
+    LeaseWithSlidingLog,
     /// Both `rate_limit` and `rate_limits` on one descriptor.
     #[error("a descriptor cannot have both rate_limit and rate_limits")]
     BothRateLimitForms,

@@ -34,8 +34,8 @@ pub use loader::{load, ConfigFile};
 pub use metadata::{Metadata, MetadataValue};
 pub use provider::{load_from_disk, LoadError, ProviderError, ProviderOptions};
 pub use tree::{
-    ConfiguredLimit, DescriptorTree, Entry, LimitOverride, Lookup, MatchError, MatchedLimit,
-    RateLimitRule,
+    ConfiguredLimit, DescriptorTree, Entry, HotKeyPolicy, LimitOverride, Lookup, MatchError,
+    MatchedLimit, RateLimitRule,
 };
 pub use watcher::{ConfigWatcher, ReloadStatus, WatchError};
 

@@ -55,6 +55,10 @@ pub(crate) struct RawRateLimit {
     pub(crate) failure_mode: String,
     /// Extension: `fallback_requests_per_unit:`.
     pub(crate) fallback_requests_per_unit: Option<u32>,
+    /// Extension: `shards:` (sub-buckets of a hot limit).
+    pub(crate) shards: Option<u32>,
+    /// Extension: `lease:` (token leasing of a hot limit).
+    pub(crate) lease: bool,
 }
 
 /// One `replaces` entry.
@@ -254,6 +258,8 @@ impl Decoder {
                         "fallback_requests_per_unit" => {
                             rl.fallback_requests_per_unit = self.optional_uint32(value)
                         }
+                        "shards" => rl.shards = self.optional_uint32(value),
+                        "lease" => rl.lease = self.bool(value),
                         _ => {}
                     }
                 }

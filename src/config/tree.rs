@@ -104,6 +104,30 @@ pub struct ConfiguredLimit {
     pub key_suffix: String,
     /// What this limit does when the store cannot answer.
     pub failure: FailurePolicy,
+    /// How a hot key of this limit spreads its store work (`shards`,
+    /// `lease`).
+    pub hot: HotKeyPolicy,
+    /// With `shards: K`, the K sub-buckets (see
+    /// [`crate::limiter::Limiter::sub_bucket`]); empty otherwise.
+    pub sub_buckets: Vec<crate::limiter::Limiter>,
+}
+
+/// A limit's remedies for a hot key (extensions, both off by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HotKeyPolicy {
+    /// `shards: K`: K sub-buckets that add up to the limit (1: none).
+    pub shards: u8,
+    /// `lease: true`: an instance may take a batch of tokens at once.
+    pub lease: bool,
+}
+
+impl Default for HotKeyPolicy {
+    fn default() -> HotKeyPolicy {
+        HotKeyPolicy {
+            shards: 1,
+            lease: false,
+        }
+    }
 }
 
 impl RateLimitRule {

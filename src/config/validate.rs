@@ -8,7 +8,7 @@ use super::error::{ConfigError, ConfigErrorKind};
 use super::failure::{FailureMode, FailurePolicy};
 use super::metadata;
 use super::model::{RawDescriptor, RawFile, RawRateLimit};
-use super::tree::{ConfiguredLimit, DescriptorTree, Node, RateLimitRule};
+use super::tree::{ConfiguredLimit, DescriptorTree, HotKeyPolicy, Node, RateLimitRule};
 use crate::limiter::{AlgorithmName, Limiter, Unit};
 
 /// Builds the tree from parsed files. With `merge_domains`, a domain seen
@@ -198,8 +198,9 @@ fn extension_limits<'a>(
         (Some(_), Some((line, _))) => Err(err(ConfigErrorKind::BothRateLimitForms, *line)),
         (Some(rl), None) => {
             let original = rl.algorithm.is_empty() || rl.algorithm == "fixed_window";
+            let hot = rl.shards.is_some() || rl.lease;
             if rl.unlimited
-                || (original && rl.burst.is_none() && rl.unit_multiplier.unwrap_or(1) == 1)
+                || (original && !hot && rl.burst.is_none() && rl.unit_multiplier.unwrap_or(1) == 1)
             {
                 // The original's fixed window (a misspelled algorithm or a
                 // zero multiplier is not `original` and is refused below).
@@ -268,6 +269,16 @@ fn build_limit(file: &str, rl: &RawRateLimit) -> Result<ConfiguredLimit, ConfigE
         rl.burst.map(u64::from),
     )
     .map_err(|e| err(ConfigErrorKind::InvalidLimit(e)))?;
+    let hot = hot_key_policy(rl, &limiter).map_err(err)?;
+    let sub_buckets = if hot.shards > 1 {
+        let k = u64::from(hot.shards);
+        (0..k)
+            .map(|i| limiter.sub_bucket(i, k))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| err(ConfigErrorKind::InvalidLimit(e)))?
+    } else {
+        Vec::new()
+    };
     Ok(ConfiguredLimit {
         requests_per_unit: rl.requests_per_unit,
         unit,
@@ -276,6 +287,32 @@ fn build_limit(file: &str, rl: &RawRateLimit) -> Result<ConfiguredLimit, ConfigE
         limiter,
         key_suffix: format!("{}:{seconds}s", algorithm.key_tag()),
         failure: failure_policy(file, rl)?,
+        hot,
+        sub_buckets,
+    })
+}
+
+/// The block's `shards` and `lease`, checked against its limit.
+fn hot_key_policy(rl: &RawRateLimit, limiter: &Limiter) -> Result<HotKeyPolicy, ConfigErrorKind> {
+    let capacity = limiter.limit().min(limiter.capacity());
+    let shards = match rl.shards {
+        None => 1,
+        Some(k) if !(2..=64).contains(&k) => return Err(ConfigErrorKind::ShardsOutOfRange(k)),
+        Some(k) if u64::from(k) > capacity => {
+            return Err(ConfigErrorKind::ShardsAboveCapacity {
+                shards: k,
+                capacity,
+            })
+        }
+        // 2..=64 fits.
+        Some(k) => u8::try_from(k).unwrap_or(64),
+    };
+    if rl.lease && limiter.name() == AlgorithmName::SlidingLog {
+        return Err(ConfigErrorKind::LeaseWithSlidingLog);
+    }
+    Ok(HotKeyPolicy {
+        shards,
+        lease: rl.lease,
     })
 }
 
@@ -564,5 +601,71 @@ mod tests {
         assert_eq!(e.hint.as_deref(), Some("did you mean 'algorithm'?"));
         let e = error_of(&format!("{HEAD}    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      unit_multipler: 2\n"));
         assert_eq!(e.hint.as_deref(), Some("did you mean 'unit_multiplier'?"));
+    }
+
+    #[test]
+    fn shards_and_lease_are_opt_in_extensions_of_a_limit() {
+        let rl = "    rate_limit:\n      unit: minute\n      requests_per_unit: 100\n";
+        // An original window with shards becomes a fixed_window limit on
+        // versioned keys, split exactly.
+        let rule = rule_of(&format!("{HEAD}{rl}      shards: 8\n      lease: true\n"));
+        assert!(!rule.is_original());
+        let l = &rule.limits[0];
+        assert_eq!(l.limiter.name(), AlgorithmName::FixedWindow);
+        assert_eq!((l.hot.shards, l.hot.lease), (8, true));
+        assert_eq!(l.sub_buckets.len(), 8);
+        assert_eq!(l.sub_buckets.iter().map(Limiter::limit).sum::<u64>(), 100);
+        let dump = load_one(&format!("{HEAD}{rl}      shards: 8\n      lease: true\n"))
+            .expect("valid")
+            .dump();
+        assert!(
+            dump.contains("limits: fixed_window 100/60s shards 8 lease"),
+            "{dump}"
+        );
+        // Without them nothing changes.
+        let rule = rule_of(&format!("{HEAD}{rl}"));
+        assert!(rule.is_original());
+    }
+
+    #[test]
+    fn bad_hot_key_settings_say_what_and_where() {
+        let rl = "    rate_limit:\n      unit: second\n      requests_per_unit: 10\n";
+        let cases: [(String, ConfigErrorKind); 4] = [
+            (
+                format!("{HEAD}{rl}      shards: 1\n"),
+                ConfigErrorKind::ShardsOutOfRange(1),
+            ),
+            (
+                format!("{HEAD}{rl}      shards: 65\n"),
+                ConfigErrorKind::ShardsOutOfRange(65),
+            ),
+            (
+                format!("{HEAD}{rl}      shards: 11\n"),
+                ConfigErrorKind::ShardsAboveCapacity {
+                    shards: 11,
+                    capacity: 10,
+                },
+            ),
+            (
+                format!("{HEAD}{rl}      algorithm: sliding_log\n      lease: true\n"),
+                ConfigErrorKind::LeaseWithSlidingLog,
+            ),
+        ];
+        for (yaml, kind) in cases {
+            let e = error_of(&yaml);
+            assert_eq!(e.kind, kind, "{yaml}");
+            assert_eq!(e.line, Some(5), "{yaml}");
+        }
+        // A token bucket's burst bounds the sub-buckets too.
+        let e = error_of(&format!(
+            "{HEAD}{rl}      algorithm: token_bucket\n      burst: 3\n      shards: 4\n"
+        ));
+        assert_eq!(
+            e.kind,
+            ConfigErrorKind::ShardsAboveCapacity {
+                shards: 4,
+                capacity: 3
+            }
+        );
     }
 }

@@ -14,11 +14,11 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::MatchedLimit;
+use crate::config::{ConfiguredLimit, MatchedLimit};
 use crate::limiter::fixed_window::{self, Window};
 use crate::limiter::Decision;
 use crate::metrics::RuleStats;
-use crate::store::key::{algorithm_key, fixed_window_key};
+use crate::store::key::{algorithm_key, fixed_window_key, sub_bucket_key};
 use crate::store::{Check, Checked, CheckedLimit, PolicyAnswer};
 
 use super::types::{Code, CurrentLimit, DescriptorStatus, RateLimitRequest};
@@ -66,6 +66,7 @@ impl Answered {
             Answered::Policy(p) => Checked {
                 decision: p.decision,
                 count: 0,
+                at: Duration::ZERO,
             },
         }
     }
@@ -119,23 +120,48 @@ pub(crate) fn add_checks(
             on_failure: options
                 .failure
                 .on_failure(&limit.rule.failure, u64::from(limit.rule.requests_per_unit)),
+            lease: false,
         });
     } else {
+        // One pick per descriptor: its limits with the same `shards` use
+        // the same sub-bucket, on one slot.
+        let pick = rand::random::<u32>();
         for l in &limit.rule.limits {
-            batch.push(Check {
-                key: algorithm_key(
-                    options.prefix,
-                    &request.domain,
-                    entries,
-                    pattern,
-                    &l.key_suffix,
+            let (key, limiter) = match u8::try_from(l.sub_buckets.len()) {
+                Ok(k @ 2..) => {
+                    // < k ≤ 64.
+                    let i = u8::try_from(pick % u32::from(k)).unwrap_or(0);
+                    let key = sub_bucket_key(
+                        options.prefix,
+                        &request.domain,
+                        entries,
+                        pattern,
+                        &l.key_suffix,
+                        i,
+                        k,
+                    );
+                    (key, l.sub_buckets[usize::from(i)])
+                }
+                _ => (
+                    algorithm_key(
+                        options.prefix,
+                        &request.domain,
+                        entries,
+                        pattern,
+                        &l.key_suffix,
+                    ),
+                    l.limiter,
                 ),
-                limit: CheckedLimit::Algorithm(l.limiter),
+            };
+            batch.push(Check {
+                key,
+                limit: CheckedLimit::Algorithm(limiter),
                 cost: hits,
                 binding,
                 on_failure: options
                     .failure
                     .on_failure(&l.failure, u64::from(l.requests_per_unit)),
+                lease: l.hot.lease,
             });
         }
     }
@@ -159,7 +185,11 @@ pub(crate) fn status(
 ) -> DescriptorStatus {
     let rule = &d.limit.rule;
     let own = &results[d.checks.clone()];
-    let answers: Vec<Checked> = own.iter().map(Answered::checked).collect();
+    let answers: Vec<Checked> = own
+        .iter()
+        .enumerate()
+        .map(|(i, a)| logical(rule.limits.get(i), a.checked()))
+        .collect();
     let answers = answers.as_slice();
     // Capacity and reported limit of the descriptor's i-th limit.
     let describe = |i: usize| -> (u64, CurrentLimit) {
@@ -235,6 +265,19 @@ pub(crate) fn status(
     }
 }
 
+/// A sub-bucket's answer as its limit's: `remaining` times the number of
+/// sub-buckets (what the whole has left if the others are like this one,
+/// as they are under uniform picks), at most the limit's capacity. Other
+/// answers as they are.
+fn logical(limit: Option<&ConfiguredLimit>, mut answer: Checked) -> Checked {
+    let k = limit.map_or(0, |l| l.sub_buckets.len() as u64);
+    if let (Some(l), true, Decision::Allow { remaining, .. }) = (limit, k > 1, &mut answer.decision)
+    {
+        *remaining = remaining.saturating_mul(k).min(l.limiter.capacity());
+    }
+    answer
+}
+
 /// Which answer a descriptor reports: among refused ones the furthest
 /// retry (a capacity refusal first: no wait helps); else the smallest
 /// fraction `remaining / capacity`, ties to the first.
@@ -283,6 +326,7 @@ mod tests {
                 reset_after: Duration::from_secs(1),
             },
             count: 0,
+            at: Duration::ZERO,
         }
     }
 
@@ -293,6 +337,7 @@ mod tests {
                 reset_after: Duration::from_secs(retry),
             },
             count: 0,
+            at: Duration::ZERO,
         }
     }
 
@@ -319,6 +364,7 @@ mod tests {
                 reset_after: Duration::ZERO,
             },
             count: 0,
+            at: Duration::ZERO,
         };
         assert_eq!(
             closest_to_exhaustion(&[deny(3_600), never], |_| 10),

@@ -22,6 +22,8 @@ use std::time::Duration;
 
 use crate::config::LiveConfig;
 use crate::config::{FailureMode, FailurePolicy, Lookup, MatchedLimit};
+use crate::hotkeys::top::KeyInfo;
+use crate::hotkeys::TopKeys;
 use crate::limiter::fixed_window::{self, Window};
 use crate::limiter::{Clock, Decision};
 use crate::metrics::Stats;
@@ -139,6 +141,8 @@ pub struct Engine {
     options: EngineOptions,
     local_cache: Option<LocalCache>,
     stats: Arc<Stats>,
+    /// Hot-key detection (`HOT_KEYS_TOP_K` > 0).
+    top_keys: Option<Arc<TopKeys>>,
 }
 
 /// A request's descriptors matched to their rules.
@@ -184,7 +188,90 @@ impl Engine {
             options,
             local_cache,
             stats,
+            top_keys: None,
         }
+    }
+
+    /// The engine counting every matched descriptor in `top`.
+    pub fn with_top_keys(mut self, top: Arc<TopKeys>) -> Engine {
+        self.top_keys = Some(top);
+        self
+    }
+
+    /// Hot-key detection, if on.
+    pub fn top_keys(&self) -> Option<&Arc<TopKeys>> {
+        self.top_keys.as_ref()
+    }
+
+    /// Counts a decision of descriptor `d` matched to `m` in the top keys.
+    fn count_key(
+        &self,
+        top: &TopKeys,
+        domain: &str,
+        d: &types::RequestDescriptor,
+        m: &MatchedLimit,
+    ) {
+        let pattern = m.share_threshold_key_pattern.as_deref();
+        let shown = |i: usize, value: &'_ str| -> String {
+            pattern
+                .and_then(|p| p.get(i))
+                .filter(|p| !p.is_empty())
+                .cloned()
+                .unwrap_or_else(|| value.to_string())
+        };
+        let value_of = |i: usize| -> &str {
+            match pattern.and_then(|p| p.get(i)).filter(|p| !p.is_empty()) {
+                Some(p) => p.as_str(),
+                None => d.entries[i].value.as_str(),
+            }
+        };
+        let parts = std::iter::once(domain)
+            .chain((0..d.entries.len()).flat_map(|i| [d.entries[i].key.as_str(), value_of(i)]));
+        let hash = top.hash_of(parts);
+        top.record(hash, self.clock.now(), || {
+            let rule = &m.rule;
+            let prefix = &self.options.cache_key_prefix;
+            let mut lease_keys = Vec::new();
+            for l in rule.limits.iter().filter(|l| l.hot.lease) {
+                match u8::try_from(l.sub_buckets.len()) {
+                    Ok(k @ 2..) => lease_keys.extend((0..k).map(|i| {
+                        crate::store::key::sub_bucket_key(
+                            prefix,
+                            domain,
+                            &d.entries,
+                            pattern,
+                            &l.key_suffix,
+                            i,
+                            k,
+                        )
+                    })),
+                    _ => lease_keys.push(crate::store::key::algorithm_key(
+                        prefix,
+                        domain,
+                        &d.entries,
+                        pattern,
+                        &l.key_suffix,
+                    )),
+                }
+            }
+            KeyInfo {
+                domain: domain.to_string(),
+                entries: d
+                    .entries
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| (e.key.clone(), shown(i, &e.value)))
+                    .collect(),
+                shards: rule
+                    .limits
+                    .iter()
+                    .map(|l| u8::try_from(l.sub_buckets.len()).unwrap_or(64).max(1))
+                    .max()
+                    .unwrap_or(1),
+                lease: rule.limits.iter().any(|l| l.hot.lease),
+                lease_keys,
+            }
+        });
     }
 
     /// The live configuration handle.
@@ -247,7 +334,12 @@ impl Engine {
                     reason: e.to_string(),
                 })?;
             limits.push(match found {
-                Lookup::Limit(m) => Some(m),
+                Lookup::Limit(m) => {
+                    if let Some(top) = &self.top_keys {
+                        self.count_key(top, &request.domain, d, &m);
+                    }
+                    Some(m)
+                }
                 Lookup::NoLimit => None,
                 Lookup::DomainNotFound => {
                     self.stats.domain_not_found(&request.domain);

@@ -417,3 +417,51 @@ async fn global_shadow_mode_lists_nothing_and_never_says_retry() {
         );
     }
 }
+
+fn sharded(algorithm: &str, limit: u32, shards: u32) -> String {
+    format!(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: {limit}\n      algorithm: {algorithm}\n      shards: {shards}\n"
+    )
+}
+
+/// The bound of `shards: K`: never above the logical limit, and at twice
+/// the limit offered uniformly at least 95 % of it admitted.
+#[tokio::test]
+async fn a_sharded_limit_admits_at_most_its_limit_and_nearly_all_of_it() {
+    for algorithm in [
+        "fixed_window",
+        "sliding_window",
+        "token_bucket",
+        "sliding_log",
+    ] {
+        for (limit, shards) in [(1_000, 8), (800, 16), (400, 2)] {
+            let f = fixture(&sharded(algorithm, limit, shards), EngineOptions::default());
+            let admitted = f.admitted(&[&[("k", "")]], 2 * limit as usize).await;
+            assert!(
+                admitted <= limit as usize,
+                "{algorithm} {limit}/{shards}: {admitted}"
+            );
+            assert!(
+                admitted * 100 >= 95 * limit as usize,
+                "{algorithm} {limit}/{shards}: only {admitted} of {limit}"
+            );
+        }
+    }
+}
+
+/// A sub-bucket's remaining is reported as the whole limit's.
+#[tokio::test]
+async fn a_sharded_limit_reports_the_logical_limit() {
+    let f = fixture(&sharded("fixed_window", 800, 8), EngineOptions::default());
+    let r = f.ask(&[&[("k", "")]], 1).await;
+    let s = &r.statuses[0];
+    assert_eq!(
+        s.current_limit.as_ref().map(|l| l.requests_per_unit),
+        Some(800)
+    );
+    assert_eq!(
+        s.limit_remaining,
+        99 * 8,
+        "a sub-bucket of 100 with 99 left"
+    );
+}

@@ -95,6 +95,13 @@ impl Decision {
 /// validation reports these; `decide` itself never fails.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidLimit {
+    /// Split into more sub-buckets than the limit (or the burst) has
+    /// requests, one of them would admit nothing.
+    #[error("{shards} sub-buckets leave one with nothing to admit")]
+    EmptySubBucket {
+        /// The sub-buckets asked for.
+        shards: u64,
+    },
     /// A window or period of zero length has no rate.
     #[error("the window must be longer than zero")]
     ZeroWindow,

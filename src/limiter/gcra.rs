@@ -186,6 +186,18 @@ impl Gcra {
         }
     }
 
+    /// `state` with `cost` tokens given back at `now` (tokens an admission
+    /// took and nobody used): TAT moves back by exactly what admitting
+    /// `cost` moved it forward, and no further than `now` (a full bucket).
+    /// So the bucket never holds more than it would had the cost never
+    /// been taken.
+    pub fn refund(&self, state: GcraState, cost: u64, now: Duration) -> GcraState {
+        let tat = state.tat.as_nanos().saturating_sub(self.span_ceil(cost));
+        GcraState {
+            tat: from_nanos(tat.max(now.as_nanos())),
+        }
+    }
+
     /// The TTL for `state` written at `now`: from `now + expires_after` on,
     /// deciding on the stored state and on an absent key give the same
     /// decision and the same new state, so the store may drop it. It is

@@ -172,6 +172,81 @@ impl Limiter {
         Limiter::new(self.name(), limit, self.period(), burst)
     }
 
+    /// Sub-bucket `i` of `k` (`i < k`): the same algorithm and period with
+    /// `⌊limit / k⌋` per period, plus one for the first `limit mod k`
+    /// sub-buckets, so that the `k` sub-buckets' limits add up to this
+    /// limit exactly; a token bucket's burst is split the same way. Fails
+    /// when a sub-bucket would get nothing (`k` above the limit or the
+    /// burst), which config validation refuses.
+    pub fn sub_bucket(&self, i: u64, k: u64) -> Result<Limiter, InvalidLimit> {
+        let share = |n: u64| n / k.max(1) + u64::from(i < n % k.max(1));
+        let burst = match self {
+            Limiter::TokenBucket(b) => Some(share(b.burst())),
+            _ => None,
+        };
+        let limit = share(self.limit());
+        if limit == 0 || burst == Some(0) {
+            return Err(InvalidLimit::EmptySubBucket { shards: k });
+        }
+        Limiter::new(self.name(), limit, self.period(), burst)
+    }
+
+    /// `state` with `cost` given back at `now`: cost that a decision at
+    /// `taken_at` admitted and nobody used (a lease's unspent tokens).
+    /// From then on the key decides as if that cost had not been admitted,
+    /// for as long as it would still have counted: cost whose window has
+    /// ended is not given back, so a refund never lets any window of the
+    /// algorithm admit more than the limit. A state of another algorithm is
+    /// returned unchanged.
+    pub fn refund(
+        &self,
+        state: LimiterState,
+        cost: u64,
+        taken_at: Duration,
+        now: Duration,
+    ) -> LimiterState {
+        let window_ns = self.period().as_nanos().max(1);
+        let start_of = |t: Duration| t.as_nanos() - t.as_nanos() % window_ns;
+        let taken_window = start_of(taken_at);
+        match (self, state) {
+            (Limiter::TokenBucket(b), LimiterState::TokenBucket(s)) => {
+                LimiterState::TokenBucket(b.refund(s, cost, now))
+            }
+            (Limiter::FixedWindow(_), LimiterState::FixedWindow(mut w)) => {
+                if w.window_start.as_nanos() == taken_window {
+                    w.count = w.count.saturating_sub(cost);
+                }
+                LimiterState::FixedWindow(w)
+            }
+            (Limiter::SlidingWindow(_), LimiterState::SlidingWindow(mut w)) => {
+                let start = w.window_start.as_nanos();
+                if start == taken_window {
+                    w.current = w.current.saturating_sub(cost);
+                } else if start == taken_window + window_ns {
+                    w.previous = w.previous.saturating_sub(cost);
+                }
+                LimiterState::SlidingWindow(w)
+            }
+            (Limiter::SlidingLog(_), LimiterState::SlidingLog(mut log)) => {
+                // The newest entries admitted at `taken_at`, up to `cost`.
+                let mut left = cost;
+                while left > 0 {
+                    let Some(i) = log.hits.iter().rposition(|h| h.at == taken_at) else {
+                        break;
+                    };
+                    let take = left.min(log.hits[i].cost);
+                    log.hits[i].cost -= take;
+                    left -= take;
+                    if log.hits[i].cost == 0 {
+                        log.hits.remove(i);
+                    }
+                }
+                LimiterState::SlidingLog(log)
+            }
+            (_, other) => other,
+        }
+    }
+
     /// The most one instant admits: the bucket's burst, else the limit.
     pub fn capacity(&self) -> u64 {
         match self {
@@ -241,6 +316,70 @@ mod tests {
         assert_eq!(b.scaled_to(5).expect("valid").capacity(), 20);
         let b = Limiter::new(AlgorithmName::TokenBucket, 100, S, Some(3)).expect("valid");
         assert_eq!(b.scaled_to(1).expect("valid").capacity(), 1);
+    }
+
+    #[test]
+    fn sub_buckets_add_up_to_the_limit_exactly() {
+        let minute = Duration::from_secs(60);
+        for a in AlgorithmName::ALL {
+            for (limit, k) in [(100, 8), (7, 7), (1000, 64), (65, 64)] {
+                let l = Limiter::new(a, limit, minute, None).expect("valid");
+                let subs: Vec<Limiter> =
+                    (0..k).map(|i| l.sub_bucket(i, k).expect("valid")).collect();
+                assert_eq!(
+                    subs.iter().map(Limiter::limit).sum::<u64>(),
+                    limit,
+                    "{a} {limit}/{k}"
+                );
+                assert!(subs.iter().all(|s| s.name() == a && s.period() == minute));
+                let (lo, hi) = (limit / k, limit.div_ceil(k));
+                assert!(subs.iter().all(|s| (lo..=hi).contains(&s.limit())));
+            }
+            let l = Limiter::new(a, 3, minute, None).expect("valid");
+            assert!(l.sub_bucket(3, 4).is_err(), "a sub-bucket with nothing");
+        }
+        let b = Limiter::new(AlgorithmName::TokenBucket, 100, S, Some(30)).expect("valid");
+        let bursts: u64 = (0..8)
+            .map(|i| b.sub_bucket(i, 8).expect("valid").capacity())
+            .sum();
+        assert_eq!(bursts, 30, "the burst splits the same way");
+    }
+
+    #[test]
+    fn a_refund_undoes_what_it_took_while_that_still_counts() {
+        let w = Duration::from_secs(10);
+        for a in AlgorithmName::ALL {
+            let l = Limiter::new(a, 10, w, None).expect("valid");
+            let t0 = Duration::from_secs(100);
+            let (d, s) = l.decide(None, 6, t0);
+            assert!(d.is_allowed());
+            // Given back within the window: the key admits as if never taken.
+            let back = l.refund(s.clone(), 6, t0, t0 + S);
+            assert!(l.decide(Some(back), 10, t0 + S).0.is_allowed(), "{a}");
+            // Half given back: only that half is free again.
+            let half = l.refund(s.clone(), 3, t0, t0);
+            assert!(l.decide(Some(half.clone()), 7, t0).0.is_allowed(), "{a}");
+            assert!(!l.decide(Some(half), 8, t0).0.is_allowed(), "{a}");
+        }
+        // A fixed window that has ended is not given anything.
+        let fw = Limiter::new(AlgorithmName::FixedWindow, 10, w, None).expect("valid");
+        let (_, s) = fw.decide(None, 10, Duration::from_secs(105));
+        let (_, later) = fw.decide(Some(s), 10, Duration::from_secs(112));
+        let after = fw.refund(
+            later.clone(),
+            10,
+            Duration::from_secs(105),
+            Duration::from_secs(112),
+        );
+        assert_eq!(after, later, "the next window's count is untouched");
+        // A token bucket never goes above full.
+        let tb = Limiter::new(AlgorithmName::TokenBucket, 10, w, None).expect("valid");
+        let (_, s) = tb.decide(None, 1, Duration::from_secs(100));
+        let over = tb.refund(s, 50, Duration::from_secs(100), Duration::from_secs(100));
+        assert!(!tb
+            .decide(Some(over), 11, Duration::from_secs(100))
+            .0
+            .is_allowed());
     }
 
     #[test]

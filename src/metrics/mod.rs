@@ -64,6 +64,32 @@ pub const STORE_FALLBACK_OVER_LIMIT: &str = "ratelimit.store.fallback_over_limit
 /// closed` rules denied because the store could not answer.
 pub const STORE_FAIL_CLOSED_DENIAL: &str = "ratelimit.store.fail_closed_denial";
 
+/// `ratelimit.lease.store_call` (ours): store calls made for requests
+/// with a leased item (takes, plain decisions of leased keys).
+pub const LEASE_STORE_CALL: &str = "ratelimit.lease.store_call";
+/// `ratelimit.lease.local_decision` (ours): leased items answered from a
+/// lease or a remembered refusal, with no store call.
+pub const LEASE_LOCAL_DECISION: &str = "ratelimit.lease.local_decision";
+/// `ratelimit.lease.taken` (ours): leases taken.
+pub const LEASE_TAKEN: &str = "ratelimit.lease.taken";
+/// `ratelimit.lease.tokens_taken` (ours): tokens taken in leases.
+pub const LEASE_TOKENS_TAKEN: &str = "ratelimit.lease.tokens_taken";
+/// `ratelimit.lease.tokens_returned` (ours): unspent tokens given back.
+pub const LEASE_TOKENS_RETURNED: &str = "ratelimit.lease.tokens_returned";
+/// `ratelimit.lease.return_failed` (ours): leases whose return failed.
+pub const LEASE_RETURN_FAILED: &str = "ratelimit.lease.return_failed";
+
+/// `ratelimit.hot_keys.rank_<n>.rate` (ours): decisions per second of this
+/// instance's n-th busiest key, for n in `1..=k` (0 past the last listed
+/// key), so the series are `k` whatever the keys. Prometheus:
+/// `ratelimit_hot_keys_rate{rank="n"}`; `/hotkeys` names the keys.
+pub fn record_hot_keys(rates: &[f64], k: usize) {
+    for rank in 1..=k {
+        let rate = rates.get(rank - 1).copied().unwrap_or(0.0);
+        ::metrics::gauge!(format!("ratelimit.hot_keys.rank_{rank}.rate")).set(rate);
+    }
+}
+
 /// `ratelimit.store.breaker.<node>.open` (ours): 1 while the node's breaker
 /// is open or probing, 0 when closed. Prometheus:
 /// `ratelimit_store_breaker_open{node="…"}`.

@@ -188,6 +188,15 @@ fn default_mapping(name: &str, kind: StatKind) -> (String, Vec<(String, String)>
                 false,
             );
         }
+        // Ours: the busiest keys' rates by rank (1 = busiest), the rank as
+        // a label: at most HOT_KEYS_TOP_K series.
+        ["ratelimit", "hot_keys", rank, "rate"] if rank.starts_with("rank_") => {
+            return (
+                "ratelimit_hot_keys_rate".to_string(),
+                vec![label("rank", &rank["rank_".len()..])],
+                false,
+            );
+        }
         ["ratelimit", "service", "config_load_success"] if kind == StatKind::Counter => {
             return (
                 "ratelimit_service_config_load_success".to_string(),

@@ -98,6 +98,7 @@ fn floor_check(work: &Work, i: usize, fallback: u64) -> Option<Check> {
         cost,
         binding: false,
         on_failure: OnFailure::Error,
+        lease: false,
     })
 }
 
@@ -136,7 +137,15 @@ fn count_failures(reply: &Reply) {
 impl<S: Store> Store for Fallback<S> {
     async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
         let mut reply = self.inner.execute(work, deadline).await;
-        if reply.answers.iter().all(Result::is_ok) {
+        let refund = matches!(
+            work,
+            Work::Check {
+                commit: Commit::Refund { .. },
+                ..
+            }
+        );
+        // A refund that failed is the caller's to report, not a decision.
+        if refund || reply.answers.iter().all(Result::is_ok) {
             return reply;
         }
         count_failures(&reply);

@@ -6,6 +6,10 @@
 //! - [`Fallback`]: items the store could not answer are answered by their
 //!   rule's `failure_mode`: `open` by a local floor, `closed` by a denial,
 //!   `error` left failing (the original's UNKNOWN);
+//! - [`Leases`](crate::hotkeys::Leases): leased hot keys answered from
+//!   batches (below the fallback, so that a lease is spent during an
+//!   outage and a failed take is answered by the rule's policy for the
+//!   request's own cost);
 //! - [`Breaker`]: a [`circuit::Circuit`] per store node; an open one sends
 //!   nothing and fails its items at once;
 //! - [`Deadline`]: `STORE_TIMEOUT` on every call.
@@ -26,6 +30,7 @@ pub use breaker::{Breaker, BreakerOptions};
 pub use deadline::Deadline;
 pub use fallback::Fallback;
 
+use crate::hotkeys::{LeaseOptions, Leases};
 use crate::limiter::Clock;
 use crate::store::Store;
 
@@ -39,17 +44,47 @@ pub struct ResilienceOptions {
     pub breaker: Option<BreakerOptions>,
 }
 
-/// `store` with a deadline, per-node breakers (unless disabled) and the
-/// failure policies' fallback, outermost last. The local floor reads time
-/// from `clock`. Needs a tokio runtime (the floor's sweeper).
+/// `store` with a deadline, per-node breakers (unless disabled), leases and
+/// the failure policies' fallback, outermost last. The local floor and the
+/// leases read time from `clock`. Needs a tokio runtime (the sweepers).
 pub fn wrap<S: Store + 'static>(
     store: S,
     options: ResilienceOptions,
+    leases: LeaseOptions,
     clock: Arc<dyn Clock>,
-) -> Arc<dyn Store> {
+) -> Wrapped {
     let timed = Deadline::new(store, options.timeout);
-    match options.breaker {
-        Some(b) => Arc::new(Fallback::new(Breaker::new(timed, b), clock)),
-        None => Arc::new(Fallback::new(timed, clock)),
+    let guarded: Arc<dyn Store> = match options.breaker {
+        Some(b) => Arc::new(Breaker::new(timed, b)),
+        None => Arc::new(timed),
+    };
+    let leased = Arc::new(Leases::new(guarded, leases, Arc::clone(&clock)));
+    let sweeper = leased.spawn_sweeper(
+        (leases.ttl / 4).clamp(Duration::from_millis(10), Duration::from_millis(250)),
+    );
+    Wrapped {
+        store: Arc::new(Fallback::new(Arc::clone(&leased), clock)),
+        leases: leased,
+        _sweeper: AbortOnDrop(sweeper),
+    }
+}
+
+/// A wrapped store and a handle on its leases.
+#[derive(Debug)]
+pub struct Wrapped {
+    /// The whole stack.
+    pub store: Arc<dyn Store>,
+    /// The lease layer (its table for `/hotkeys`; returned at shutdown).
+    pub leases: Arc<Leases<Arc<dyn Store>>>,
+    _sweeper: AbortOnDrop,
+}
+
+/// Stops a background task when dropped.
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -69,6 +69,17 @@ pub struct Settings {
     pub statsd_protocol: String,
     /// What happens when the store cannot answer (`STORE_*`, ours).
     pub store_failure: StoreFailureSettings,
+    /// Hot keys (`LEASE_*`, `HOT_KEYS_TOP_K`, ours).
+    pub hot_keys: HotKeySettings,
+}
+
+/// Hot keys (ours): token leasing and detection.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HotKeySettings {
+    /// `LEASE_MIN_RATE`, `LEASE_DURATION`, `LEASE_TTL`, `LEASE_MAX_SHARE`.
+    pub lease: crate::hotkeys::LeaseOptions,
+    /// `HOT_KEYS_TOP_K` (0: off).
+    pub top_k: usize,
 }
 
 /// When the store cannot answer (ours): `STORE_TIMEOUT`,
@@ -861,18 +872,41 @@ impl Settings {
                         expected: "error, open, closed",
                     })
                 }),
-                fallback_share: r.get(ENV_STORE_FALLBACK_SHARE, |s| {
-                    let share = parse_f64(s)?;
-                    if share > 0.0 && share <= 1.0 {
-                        Ok(share)
-                    } else {
-                        Err(ParseError::ShareOutOfRange)
-                    }
+                fallback_share: r.get(ENV_STORE_FALLBACK_SHARE, parse_share),
+            },
+            hot_keys: HotKeySettings {
+                lease: crate::hotkeys::LeaseOptions {
+                    min_rate: r.get(ENV_LEASE_MIN_RATE, parse_count),
+                    duration: r.get(ENV_LEASE_DURATION, parse_positive_duration),
+                    ttl: r.get(ENV_LEASE_TTL, parse_positive_duration),
+                    max_share: r.get(ENV_LEASE_MAX_SHARE, parse_share),
+                },
+                top_k: r.get(ENV_HOT_KEYS_TOP_K, |s| {
+                    parse_count(s).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
                 }),
             },
         };
         (settings, r.invalid)
     }
+}
+
+/// A share in (0, 1].
+fn parse_share(s: &str) -> Result<f64, ParseError> {
+    let share = parse_f64(s)?;
+    if share > 0.0 && share <= 1.0 {
+        Ok(share)
+    } else {
+        Err(ParseError::ShareOutOfRange)
+    }
+}
+
+/// A count ≥ 0.
+fn parse_count(s: &str) -> Result<u64, ParseError> {
+    let n = parse_int(s)?;
+    u64::try_from(n).map_err(|_| ParseError::OutOfRange {
+        min: 0,
+        max: i64::MAX,
+    })
 }
 
 impl Default for Settings {

@@ -118,6 +118,21 @@ pub const ENV_LIMIT_RESPONSE_HEADERS_FORMAT: &str = "LIMIT_RESPONSE_HEADERS_FORM
 /// OVER_LIMIT statuses (and so to Retry-After). Ours; default `0s`.
 pub const ENV_RETRY_AFTER_JITTER: &str = "RETRY_AFTER_JITTER";
 
+/// Decisions per second on one instance from which a key of a `lease:
+/// true` rule is leased. Ours; default `100`.
+pub const ENV_LEASE_MIN_RATE: &str = "LEASE_MIN_RATE";
+/// How much of a leased key's measured traffic one batch covers. Ours;
+/// default `100ms`.
+pub const ENV_LEASE_DURATION: &str = "LEASE_DURATION";
+/// The longest a lease lives before its unspent tokens go back. Ours;
+/// default `1s`.
+pub const ENV_LEASE_TTL: &str = "LEASE_TTL";
+/// The largest batch as a share of the limit, in (0, 1]. Ours; default `0.05`.
+pub const ENV_LEASE_MAX_SHARE: &str = "LEASE_MAX_SHARE";
+/// How many of the busiest keys `/hotkeys` and the `ratelimit.hot_keys`
+/// gauges show; `0` turns detection off. Ours; default `16`.
+pub const ENV_HOT_KEYS_TOP_K: &str = "HOT_KEYS_TOP_K";
+
 /// Variables this service adds to the original's. Each is opt-in: its
 /// default keeps an existing deployment's behaviour.
 pub static EXTENSIONS: &[VarSpec] = &[
@@ -185,6 +200,36 @@ pub static EXTENSIONS: &[VarSpec] = &[
         name: ENV_STORE_FALLBACK_SHARE,
         kind: Kind::Float,
         default: "0.1",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_LEASE_MIN_RATE,
+        kind: Kind::Int,
+        default: "100",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_LEASE_DURATION,
+        kind: Kind::Duration,
+        default: "100ms",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_LEASE_TTL,
+        kind: Kind::Duration,
+        default: "1s",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_LEASE_MAX_SHARE,
+        kind: Kind::Float,
+        default: "0.05",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_HOT_KEYS_TOP_K,
+        kind: Kind::Int,
+        default: "16",
         support: Support::Active,
     },
 ];

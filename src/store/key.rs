@@ -52,6 +52,88 @@ pub fn algorithm_key(
     key
 }
 
+/// The key of sub-bucket `i` of `k` of one opt-in limit (`shards: k`):
+/// `prefix · "rl2s:{" · tag · "}:" · <the original's descriptor part> · ":" ·
+/// suffix · ":" · i · "/" · k`. The hash tag is chosen so that the
+/// sub-buckets of one descriptor sit on `k` slots spaced `16384 / k` apart
+/// (rounded down), starting from the slot of the descriptor itself: Redis
+/// Cluster primaries own contiguous slot ranges, so the sub-buckets spread
+/// over the primaries by construction. (A `prefix` that itself holds a
+/// `{…}` fixes the slot and defeats the spread.) Sub-buckets of one
+/// descriptor's limits with the same `k` and `i` share a slot, so they are
+/// still decided in one script.
+pub fn sub_bucket_key(
+    prefix: &str,
+    domain: &str,
+    entries: &[Entry],
+    pattern: Option<&[String]>,
+    suffix: &str,
+    i: u8,
+    k: u8,
+) -> String {
+    let mut descriptor = with_capacity("", domain, entries, 0);
+    push_descriptor(&mut descriptor, domain, entries, pattern);
+    let slot = sub_bucket_slot(fred::util::redis_keyslot(descriptor.as_bytes()), i, k);
+    let tag = slot_tag(slot);
+    let mut key = String::with_capacity(prefix.len() + descriptor.len() + suffix.len() + 20);
+    key.push_str(prefix);
+    key.push_str("rl2s:{");
+    key.push_str(tag);
+    key.push_str("}:");
+    key.push_str(&descriptor);
+    key.push(':');
+    key.push_str(suffix);
+    key.push(':');
+    key.push_str(&i.to_string());
+    key.push('/');
+    key.push_str(&k.to_string());
+    key
+}
+
+/// Redis Cluster's slot count.
+pub const SLOTS: u16 = 16384;
+
+/// The slot of sub-bucket `i` of `k` for a descriptor on slot `base`.
+pub fn sub_bucket_slot(base: u16, i: u8, k: u8) -> u16 {
+    let step = u32::from(SLOTS) / u32::from(k.max(1));
+    let slot = (u32::from(base) + u32::from(i) * step) % u32::from(SLOTS);
+    // < 16384.
+    u16::try_from(slot).unwrap_or(0)
+}
+
+/// A short hash tag whose slot is `slot`: the first string over
+/// `[0-9a-z]`, shortest first, that hashes there. Found once for all
+/// 16384 slots (every slot has one of at most four characters).
+pub fn slot_tag(slot: u16) -> &'static str {
+    static TAGS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let tags = TAGS.get_or_init(|| {
+        const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+        let mut tags = vec![String::new(); usize::from(SLOTS)];
+        let mut missing = usize::from(SLOTS);
+        let mut tag = Vec::with_capacity(4);
+        'lengths: for len in 1..=4u32 {
+            for n in 0..ALPHABET.len().pow(len) {
+                tag.clear();
+                let mut m = n;
+                for _ in 0..len {
+                    tag.push(ALPHABET[m % ALPHABET.len()]);
+                    m /= ALPHABET.len();
+                }
+                let s = usize::from(fred::util::redis_keyslot(&tag));
+                if tags[s].is_empty() {
+                    tags[s] = String::from_utf8_lossy(&tag).into_owned();
+                    missing -= 1;
+                    if missing == 0 {
+                        break 'lengths;
+                    }
+                }
+            }
+        }
+        tags
+    });
+    tags.get(usize::from(slot)).map_or("", String::as_str)
+}
+
 fn with_capacity(prefix: &str, domain: &str, entries: &[Entry], extra: usize) -> String {
     String::with_capacity(
         prefix.len()
@@ -87,6 +169,49 @@ pub fn window_start(now: u64, unit_seconds: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_slot_has_a_tag_that_hashes_to_it() {
+        for slot in 0..SLOTS {
+            let tag = slot_tag(slot);
+            assert!(!tag.is_empty() && tag.len() <= 4, "slot {slot}");
+            assert_eq!(fred::util::redis_keyslot(tag.as_bytes()), slot);
+        }
+    }
+
+    #[test]
+    fn sub_buckets_sit_on_evenly_spaced_slots() {
+        let entries = [Entry::new("tenant", "big")];
+        for k in [2u8, 3, 8, 16, 64] {
+            let slots: Vec<u16> = (0..k)
+                .map(|i| {
+                    let key = sub_bucket_key("p_", "d", &entries, None, "fw:60s", i, k);
+                    assert!(
+                        key.starts_with("p_rl2s:{") && key.ends_with(&format!(":fw:60s:{i}/{k}"))
+                    );
+                    fred::util::redis_keyslot(key.as_bytes())
+                })
+                .collect();
+            let base = fred::util::redis_keyslot(b"d_tenant_big_");
+            assert_eq!(
+                slots[0], base,
+                "sub-bucket 0 is on the descriptor's own slot"
+            );
+            let step = SLOTS / u16::from(k);
+            for w in 0..usize::from(k) {
+                let next = slots[(w + 1) % usize::from(k)];
+                let gap = (next + SLOTS - slots[w]) % SLOTS;
+                if w + 1 < usize::from(k) {
+                    assert_eq!(gap, step, "k={k}");
+                } else {
+                    assert!(
+                        gap >= step && gap < step + u16::from(k),
+                        "k={k}: wrap gap {gap}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn algorithm_keys_are_versioned_and_share_a_slot_per_descriptor() {

@@ -310,6 +310,26 @@ impl MemoryStore {
         };
         let mut counters = lock_shards(&self.shards, of_kind(true));
         let mut states = lock_shards(&self.states, of_kind(false));
+        if let Commit::Refund { taken_at } = commit {
+            for (check, &id) in batch.iter().zip(&ids) {
+                match &check.limit {
+                    CheckedLimit::Algorithm(limiter) => {
+                        let map = locked(&mut states, id);
+                        if let Some(slot) = map.get_mut(&id).filter(|s| s.expires_at > now) {
+                            slot.state =
+                                limiter.refund(slot.state.clone(), check.cost, taken_at, now);
+                        }
+                    }
+                    CheckedLimit::OriginalWindow { .. } => {
+                        // The key names its window: an ended one has expired.
+                        let map = locked(&mut counters, id);
+                        if let Some(c) = map.get_mut(&id) {
+                            c.count = c.count.saturating_sub(check.cost);
+                        }
+                    }
+                }
+            }
+        }
         // What the batch would write, so that checks on one key see the
         // ones before them; for an original window also when its counter
         // expires (Unix seconds).
@@ -390,6 +410,7 @@ impl MemoryStore {
             .map(|(decision, before, after)| Checked {
                 decision,
                 count: if committed { after } else { before },
+                at: now,
             })
             .collect();
         Ok(CheckReply {

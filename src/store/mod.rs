@@ -78,6 +78,10 @@ pub struct Check {
     pub binding: bool,
     /// What to answer when the store cannot.
     pub on_failure: OnFailure,
+    /// The rule allows token leasing (`lease: true`): a
+    /// [`crate::hotkeys::Leases`] layer may answer it from a batch taken
+    /// earlier. Stores ignore it.
+    pub lease: bool,
 }
 
 /// The limit of a [`Check`].
@@ -108,6 +112,9 @@ pub struct Checked {
     /// For an [`CheckedLimit::OriginalWindow`]: the counter after the batch
     /// (incremented only if the batch committed); 0 otherwise.
     pub count: u64,
+    /// The store's clock when it decided, since the Unix epoch (what a
+    /// [`Commit::Refund`] of this admission names).
+    pub at: Duration,
 }
 
 /// The answer for a batch of [`Check`]s.
@@ -347,6 +354,17 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     }
 }
 
+#[async_trait]
+impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
+    async fn execute(&self, work: &Work, deadline: Option<tokio::time::Instant>) -> Reply {
+        (**self).execute(work, deadline).await
+    }
+
+    fn node_of(&self, key: &str, one_second: bool) -> Option<NodeId> {
+        (**self).node_of(key, one_second)
+    }
+}
+
 /// The two shapes of work as plain calls, over any store or stack; the first
 /// failed item's error is the call's.
 #[async_trait]
@@ -416,4 +434,13 @@ pub enum Commit {
     IfAllPass,
     /// Decide only.
     Never,
+    /// Give back each check's `cost`, which a committed batch decided at
+    /// `taken_at` (the answer's [`Checked::at`]) admitted and nobody used:
+    /// see [`Limiter::refund`] for what comes back (cost whose window has
+    /// ended does not). Answers are those of a peek after the refund;
+    /// failure policies do not answer a refund.
+    Refund {
+        /// The store time of the admission given back.
+        taken_at: Duration,
+    },
 }

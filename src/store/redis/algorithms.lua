@@ -8,8 +8,9 @@
 -- only) | "refund"), nonce, commit time (µs, refund only), n, then per
 -- check: kind, limit, period (µs; for "ow" the TTL in s), burst, cost,
 -- binding. KEYS: the groups' keys in order, one per check.
--- Returns, per group in order: time (µs) and committed (0/1), then for
--- "commit" and "peek" per check: code (1 allow, 0 deny, 2 exceeds
+-- "refund" gives each check's cost back to the window of the commit time
+-- and then answers as "peek". Returns, per group in order: time (µs) and
+-- committed (0/1), then per check: code (1 allow, 0 deny, 2 exceeds
 -- capacity), remaining, retry (µs), reset (µs), count.
 
 local t = redis.call('TIME')
@@ -61,9 +62,7 @@ local function run_group(mode, nonce, tc, n, key_at, base, out)
         end
       end
     end
-    out[#out + 1] = now
-    out[#out + 1] = 1
-    return
+    -- Then answered as a peek.
   end
 
   -- Phase 1: decide every check; `pending[key]` holds what the batch would

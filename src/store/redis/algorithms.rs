@@ -82,11 +82,7 @@ impl Part<'_> {
                 .map(|&i| self.batch[i].key.clone())
                 .collect(),
             args,
-            reply_len: if mode == "refund" {
-                2
-            } else {
-                2 + 5 * positions.len()
-            },
+            reply_len: 2 + 5 * positions.len(),
         }
     }
 }
@@ -184,7 +180,11 @@ fn decision(c: &Check, row: &[i64], now_us: i64) -> Checked {
             reset_after: reset,
         },
     };
-    Checked { decision, count }
+    Checked {
+        decision,
+        count,
+        at: us(now_us),
+    }
 }
 
 fn malformed(what: &str) -> StoreError {
@@ -226,12 +226,16 @@ pub(super) async fn check(
         })
         .collect();
     let nonce = format!("{:x}", rand::random::<u64>());
-    let mode = match commit {
-        Commit::IfAllPass => "commit",
-        Commit::Never => "peek",
+    let (mode, taken_at) = match commit {
+        Commit::IfAllPass => ("commit", 0),
+        Commit::Never => ("peek", 0),
+        Commit::Refund { taken_at } => (
+            "refund",
+            u64::try_from(taken_at.as_micros()).unwrap_or(u64::MAX),
+        ),
     };
     let calls = parts.iter().map(|part| {
-        let group = part.group(mode, &nonce, 0, None);
+        let group = part.group(mode, &nonce, taken_at, None);
         until(deadline, store.node(part.per_second).algorithms.run(group))
     });
     let replies = futures::future::join_all(calls).await;

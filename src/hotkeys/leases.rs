@@ -1,0 +1,735 @@
+//! [`Leases`]: the store layer that answers hot keys of `lease: true` rules
+//! from batches of tokens taken earlier, with no round trip.
+//!
+//! Per key of a leased rule, this instance keeps a [`RateMeter`], at most
+//! one [`Lease`], and, after a refusal, until when the store said the key
+//! cannot admit. For each request:
+//! - an item whose key holds a live lease with enough tokens is admitted
+//!   from it; one whose key is known exhausted is refused with the store's
+//!   retry; neither costs a round trip;
+//! - an item of a hot key (see [`LeaseOptions::batch`]) without a usable
+//!   lease goes to the store as a take: the same check with the batch as
+//!   its cost. Concurrent requests for that key wait for the take (up to
+//!   [`TAKE_WAIT`]) instead of taking a batch each;
+//! - a take the store refuses is retried once as the plain request, and
+//!   the store's answer to that is remembered: its `remaining` caps the
+//!   next batch, a refusal marks the key exhausted until its retry;
+//! - everything else goes to the store as it came.
+//!
+//! The request stays all or nothing: the store part is only committed if
+//! every binding item answered here admits, and tokens spent here are put
+//! back into their lease if the store part is refused. Only binding items
+//! are leased (a shadow-mode limit is decided as it came).
+//!
+//! Ended leases are returned to the store with [`Commit::Refund`], by a
+//! sweeper and by [`Leases::return_all`] at shutdown. During an outage a
+//! lease is spent until it ends; then the take fails and the item is
+//! answered by its rule's failure policy, above this layer.
+//!
+//! See [`super::lease`] for the bound.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::lease::{Lease, LeaseOptions};
+use super::rate::RateMeter;
+use crate::limiter::{Clock, Decision};
+use crate::metrics;
+use crate::store::{
+    Answer, Check, Checked, CheckedLimit, Commit, NodeId, OnFailure, Reply, Store, StoreError,
+    StoreErrorKind, Work,
+};
+
+/// The longest a request waits for another request's take of the same key.
+pub const TAKE_WAIT: Duration = Duration::from_millis(20);
+
+/// Key shards of the table (each its own lock).
+const SHARDS: usize = 16;
+
+/// What this instance knows of one key of a leased rule.
+#[derive(Debug, Default)]
+struct KeyState {
+    meter: RateMeter,
+    lease: Option<Lease>,
+    /// The limit the lease was taken from (what a refund names).
+    limit: Option<CheckedLimit>,
+    /// Until when (local clock) the store said the key cannot admit.
+    exhausted_until: Option<(Duration, Duration)>,
+    /// What the store last said it had left, when below a full batch.
+    room: Option<u64>,
+    /// A take in flight; dropped when it is answered, which wakes the
+    /// requests subscribed to it.
+    taking: Option<watch::Sender<()>>,
+}
+
+/// The lease table, shared by the layer, the sweeper and `/hotkeys`.
+#[derive(Debug)]
+pub struct LeaseTable {
+    shards: Vec<Mutex<HashMap<String, KeyState>>>,
+    hasher: RandomState,
+}
+
+impl LeaseTable {
+    fn new() -> LeaseTable {
+        LeaseTable {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: RandomState::new(),
+        }
+    }
+
+    fn shard(&self, key: &str) -> MutexGuard<'_, HashMap<String, KeyState>> {
+        let i = (self.hasher.hash_one(key) as usize) % SHARDS;
+        // A panic while holding the lock leaves counts, not invariants.
+        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tokens this instance holds for `key` now (0 without a live lease).
+    pub fn held(&self, key: &str, now: Duration) -> u64 {
+        self.shard(key)
+            .get(key)
+            .and_then(|s| s.lease)
+            .filter(|l| l.is_live(now))
+            .map_or(0, |l| l.tokens)
+    }
+
+    /// Takes out every lease that has ended by `now` (all of them with
+    /// `all`), and forgets keys idle for two seconds.
+    fn ended(&self, now: Duration, all: bool) -> Vec<(String, CheckedLimit, Lease)> {
+        let mut out = Vec::new();
+        for shard in &self.shards {
+            let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
+            map.retain(|key, s| {
+                if let Some(l) = s.lease.filter(|l| all || !l.is_live(now)) {
+                    s.lease = None;
+                    if let Some(limit) = s.limit.clone() {
+                        out.push((key.clone(), limit, l));
+                    }
+                }
+                let idle = s.meter.last_second() + 2 < now.as_secs();
+                !(idle && s.lease.is_none() && s.taking.is_none())
+            });
+        }
+        out
+    }
+}
+
+/// One item's way through a request.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// Answered here (spent from a lease, or known exhausted).
+    Local(Decision, Duration),
+    /// To the store with its own cost.
+    Store,
+    /// To the store with `batch` as its cost: a take.
+    Take(u64),
+    /// Another request is taking for this key.
+    Wait,
+}
+
+/// A store whose leased hot keys are answered from batches of tokens.
+#[derive(Debug)]
+pub struct Leases<S> {
+    inner: Arc<S>,
+    options: LeaseOptions,
+    clock: Arc<dyn Clock>,
+    table: Arc<LeaseTable>,
+}
+
+impl<S: Store + 'static> Leases<S> {
+    /// `inner` with leasing per `options`, on `clock` (the local one: the
+    /// store's clock still decides every admission).
+    pub fn new(inner: S, options: LeaseOptions, clock: Arc<dyn Clock>) -> Leases<S> {
+        Leases {
+            inner: Arc::new(inner),
+            options,
+            clock,
+            table: Arc::new(LeaseTable::new()),
+        }
+    }
+
+    /// The table, for `/hotkeys`.
+    pub fn table(&self) -> Arc<LeaseTable> {
+        Arc::clone(&self.table)
+    }
+
+    /// Returns ended leases every `every` until the returned guard drops.
+    pub fn spawn_sweeper(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let (inner, table, clock) = (
+            Arc::clone(&self.inner),
+            Arc::clone(&self.table),
+            Arc::clone(&self.clock),
+        );
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let ended = table.ended(clock.now(), false);
+                give_back(inner.as_ref(), ended).await;
+            }
+        })
+    }
+
+    /// Gives every lease back to the store (at shutdown): how many tokens
+    /// were returned.
+    pub async fn return_all(&self) -> u64 {
+        let all = self.table.ended(self.clock.now(), true);
+        give_back(self.inner.as_ref(), all).await
+    }
+
+    /// Plans every item. On the `first` plan of a request an item may wait
+    /// for another request's take (and the decision is counted in the
+    /// key's rate); on the second it may not.
+    fn plan(
+        &self,
+        items: &[Check],
+        now: Duration,
+        first: bool,
+    ) -> (Vec<Step>, Vec<watch::Receiver<()>>) {
+        let mut steps = Vec::with_capacity(items.len());
+        let mut waits = Vec::new();
+        for c in items {
+            let leasable = c.lease && c.binding && c.cost > 0;
+            let CheckedLimit::Algorithm(limiter) = c.limit else {
+                steps.push(Step::Store);
+                continue;
+            };
+            if !leasable {
+                steps.push(Step::Store);
+                continue;
+            }
+            let mut map = self.table.shard(&c.key);
+            let s = match map.get_mut(c.key.as_str()) {
+                Some(s) => s,
+                None => map.entry(c.key.clone()).or_default(),
+            };
+            if first {
+                s.meter.record(now);
+            }
+            if let Some((until, reset)) = s.exhausted_until {
+                if now < until {
+                    let decision = Decision::Deny {
+                        retry_after: until - now,
+                        reset_after: reset.saturating_sub(now).max(until - now),
+                    };
+                    steps.push(Step::Local(decision, Duration::ZERO));
+                    continue;
+                }
+                s.exhausted_until = None;
+            }
+            if let Some(lease) = s.lease.as_mut() {
+                if let Some(d) = lease.spend(c.cost, now) {
+                    steps.push(Step::Local(d, lease.taken_at));
+                    continue;
+                }
+            }
+            if let Some(taking) = &s.taking {
+                if first {
+                    waits.push(taking.subscribe());
+                    steps.push(Step::Wait);
+                } else {
+                    steps.push(Step::Store);
+                }
+                continue;
+            }
+            let rate = s.meter.rate(now);
+            match self.options.batch(rate, c.cost, limiter.capacity(), s.room) {
+                Some(batch) => {
+                    s.taking = Some(watch::channel(()).0);
+                    steps.push(Step::Take(batch));
+                }
+                None => steps.push(Step::Store),
+            }
+        }
+        (steps, waits)
+    }
+
+    /// Puts back what `steps` spent from leases (the request was refused).
+    fn unspend(&self, items: &[Check], steps: &[Step]) {
+        for (c, step) in items.iter().zip(steps) {
+            if let Step::Local(d, _) = step {
+                if d.is_allowed() {
+                    if let Some(l) = self
+                        .table
+                        .shard(&c.key)
+                        .get_mut(c.key.as_str())
+                        .and_then(|s| s.lease.as_mut())
+                    {
+                        l.unspend(c.cost);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ends the takes of `steps` that are still marked, waking waiters.
+    fn end_takes(&self, items: &[Check], steps: &[Step]) {
+        for (c, step) in items.iter().zip(steps) {
+            if let Step::Take(_) = step {
+                if let Some(s) = self.table.shard(&c.key).get_mut(c.key.as_str()) {
+                    // Dropping the sender wakes its waiters.
+                    s.taking = None;
+                }
+            }
+        }
+    }
+
+    /// Learns from the store's answer to a plain item of a leased key.
+    fn learn(&self, c: &Check, checked: &Checked, now: Duration) {
+        if !(c.lease && c.binding) {
+            return;
+        }
+        let mut map = self.table.shard(&c.key);
+        let Some(s) = map.get_mut(c.key.as_str()) else {
+            return;
+        };
+        match checked.decision {
+            Decision::Allow { remaining, .. } => s.room = Some(remaining),
+            Decision::Deny {
+                retry_after,
+                reset_after,
+            } => {
+                s.exhausted_until = Some((now + retry_after, now + reset_after));
+                s.room = Some(0);
+            }
+            Decision::ExceedsCapacity { .. } => {}
+        }
+    }
+
+    async fn leased(&self, items: &[Check], deadline: Option<Instant>) -> Reply {
+        let mut now = self.clock.now();
+        let (mut steps, mut waits) = self.plan(items, now, true);
+        if !waits.is_empty() {
+            // Spend nothing and take nothing yet: wait, then plan again
+            // without waiting.
+            self.unspend(items, &steps);
+            self.end_takes(items, &steps);
+            let wait = async {
+                let futures = waits.iter_mut().map(|rx| rx.changed());
+                futures::future::join_all(futures).await;
+            };
+            let limit = deadline.map_or(TAKE_WAIT, |d| {
+                d.saturating_duration_since(Instant::now()).min(TAKE_WAIT)
+            });
+            let _ = tokio::time::timeout(limit, wait).await;
+            now = self.clock.now();
+            steps = self.plan(items, now, false).0;
+        }
+        let local = steps
+            .iter()
+            .filter(|s| matches!(s, Step::Local(..)))
+            .count();
+        if local > 0 {
+            ::metrics::counter!(metrics::LEASE_LOCAL_DECISION).increment(local as u64);
+        }
+        let local_refusal = items
+            .iter()
+            .zip(&steps)
+            .any(|(c, s)| c.binding && matches!(s, Step::Local(d, _) if !d.is_allowed()));
+        let to_store: Vec<usize> = (0..items.len())
+            .filter(|&i| !matches!(steps[i], Step::Local(..)))
+            .collect();
+
+        let mut answers: Vec<Option<Result<Answer, StoreError>>> = steps
+            .iter()
+            .map(|s| match s {
+                Step::Local(decision, at) => Some(Ok(Answer::Checked(Checked {
+                    decision: *decision,
+                    count: 0,
+                    at: *at,
+                }))),
+                _ => None,
+            })
+            .collect();
+        let mut committed = !local_refusal;
+        if !to_store.is_empty() {
+            let commit = if local_refusal {
+                Commit::Never
+            } else {
+                Commit::IfAllPass
+            };
+            let work = |steps: &[Step]| Work::Check {
+                items: to_store
+                    .iter()
+                    .map(|&i| {
+                        let mut c = items[i].clone();
+                        if let Step::Take(batch) = steps[i] {
+                            c.cost = batch;
+                        }
+                        c
+                    })
+                    .collect(),
+                commit,
+            };
+            let mut reply = self.inner.execute(&work(&steps), deadline).await;
+            ::metrics::counter!(metrics::LEASE_STORE_CALL).increment(1);
+            // A refused take: retried once as the plain request.
+            let refused_take = |reply: &Reply, steps: &[Step]| {
+                to_store.iter().zip(&reply.answers).any(|(&i, a)| {
+                    matches!(steps[i], Step::Take(_))
+                        && matches!(a, Ok(Answer::Checked(c)) if !c.decision.is_allowed())
+                })
+            };
+            if refused_take(&reply, &steps) && !local_refusal {
+                self.end_takes(items, &steps);
+                for &i in &to_store {
+                    if let Step::Take(_) = steps[i] {
+                        steps[i] = Step::Store;
+                    }
+                }
+                reply = self.inner.execute(&work(&steps), deadline).await;
+                ::metrics::counter!(metrics::LEASE_STORE_CALL).increment(1);
+            }
+            committed &= reply.committed;
+            for (&i, answer) in to_store.iter().zip(reply.answers) {
+                let c = &items[i];
+                let answer = match (steps[i], answer) {
+                    (Step::Take(batch), Ok(Answer::Checked(mut checked)))
+                        if reply.committed && checked.decision.is_allowed() =>
+                    {
+                        self.install(c, batch, &checked, now);
+                        if let Decision::Allow { remaining, .. } = &mut checked.decision {
+                            *remaining = remaining.saturating_add(batch - c.cost);
+                        }
+                        Ok(Answer::Checked(checked))
+                    }
+                    (Step::Store, Ok(Answer::Checked(checked))) => {
+                        self.learn(c, &checked, now);
+                        Ok(Answer::Checked(checked))
+                    }
+                    (_, other) => other,
+                };
+                answers[i] = Some(answer);
+            }
+            self.end_takes(items, &steps);
+        }
+        if !committed {
+            self.unspend(items, &steps);
+        }
+        Reply {
+            answers: answers
+                .into_iter()
+                .map(|a| {
+                    a.unwrap_or_else(|| {
+                        Err(StoreError::new(
+                            StoreErrorKind::Rejected,
+                            "an item without an answer",
+                        ))
+                    })
+                })
+                .collect(),
+            committed,
+        }
+    }
+
+    /// Records the lease of `batch` that the store admitted for `c`.
+    fn install(&self, c: &Check, batch: u64, checked: &Checked, now: Duration) {
+        let CheckedLimit::Algorithm(limiter) = c.limit else {
+            return;
+        };
+        let lease = Lease::taken(
+            &self.options,
+            &limiter,
+            batch,
+            c.cost,
+            &checked.decision,
+            checked.at,
+            now,
+        );
+        ::metrics::counter!(metrics::LEASE_TAKEN).increment(1);
+        ::metrics::counter!(metrics::LEASE_TOKENS_TAKEN).increment(batch);
+        let mut map = self.table.shard(&c.key);
+        let s = map.entry(c.key.clone()).or_default();
+        // A lease it replaces was spent (or it would have been used).
+        s.lease = Some(lease);
+        s.limit = Some(c.limit.clone());
+        s.room = None;
+        s.exhausted_until = None;
+    }
+}
+
+/// Returns `leases` to `store`: the tokens given back.
+async fn give_back<S: Store + ?Sized>(
+    store: &S,
+    leases: Vec<(String, CheckedLimit, Lease)>,
+) -> u64 {
+    let calls = leases.into_iter().filter(|(_, _, l)| l.tokens > 0).map(|(key, limit, lease)| async move {
+        let work = Work::Check {
+            items: vec![Check {
+                key,
+                limit,
+                cost: lease.tokens,
+                binding: false,
+                on_failure: OnFailure::Error,
+                lease: false,
+            }],
+            commit: Commit::Refund {
+                taken_at: lease.taken_at,
+            },
+        };
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let reply = store.execute(&work, Some(deadline)).await;
+        match reply.answers.first() {
+            Some(Ok(_)) => {
+                ::metrics::counter!(metrics::LEASE_TOKENS_RETURNED).increment(lease.tokens);
+                lease.tokens
+            }
+            Some(Err(e)) => {
+                ::metrics::counter!(metrics::LEASE_RETURN_FAILED).increment(1);
+                tracing::warn!(error = %e, tokens = lease.tokens, "returning a lease failed; its tokens stay taken until the window ends or the bucket refills");
+                0
+            }
+            None => 0,
+        }
+    });
+    futures::future::join_all(calls).await.into_iter().sum()
+}
+
+#[async_trait]
+impl<S: Store + 'static> Store for Leases<S> {
+    async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
+        match work {
+            Work::Check {
+                items,
+                commit: Commit::IfAllPass,
+            } if items.iter().any(|c| c.lease && c.binding) => self.leased(items, deadline).await,
+            _ => self.inner.execute(work, deadline).await,
+        }
+    }
+
+    fn node_of(&self, key: &str, one_second: bool) -> Option<NodeId> {
+        self.inner.node_of(key, one_second)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::*;
+    use crate::limiter::{AlgorithmName, Limiter, ManualClock};
+    use crate::store::{MemoryStore, StoreExt};
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// Counts the calls that reach the store.
+    #[derive(Debug)]
+    struct Counting {
+        inner: Arc<MemoryStore>,
+        calls: Arc<AtomicU64>,
+    }
+
+    #[async_trait]
+    impl Store for Counting {
+        async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            self.inner.execute(work, deadline).await
+        }
+    }
+
+    struct Fleet {
+        clock: Arc<ManualClock>,
+        store: Arc<MemoryStore>,
+        calls: Arc<AtomicU64>,
+        nodes: Vec<Leases<Counting>>,
+    }
+
+    fn fleet(nodes: usize) -> Fleet {
+        let clock = Arc::new(ManualClock::at_secs(1_000_000));
+        let store = Arc::new(MemoryStore::new(clock.clone()));
+        let calls = Arc::new(AtomicU64::new(0));
+        let options = LeaseOptions {
+            min_rate: 10,
+            ..LeaseOptions::default()
+        };
+        let nodes = (0..nodes)
+            .map(|_| {
+                let counting = Counting {
+                    inner: Arc::clone(&store),
+                    calls: Arc::clone(&calls),
+                };
+                Leases::new(counting, options, clock.clone())
+            })
+            .collect();
+        Fleet {
+            clock,
+            store,
+            calls,
+            nodes,
+        }
+    }
+
+    fn leased(key: &str, limiter: Limiter) -> Check {
+        Check {
+            key: key.into(),
+            limit: CheckedLimit::Algorithm(limiter),
+            cost: 1,
+            binding: true,
+            on_failure: OnFailure::Error,
+            lease: true,
+        }
+    }
+
+    fn minute(limit: u64, a: AlgorithmName) -> Limiter {
+        Limiter::new(a, limit, Duration::from_secs(60), None).expect("valid")
+    }
+
+    async fn admitted(node: &Leases<Counting>, check: &Check) -> bool {
+        let reply = node
+            .check(std::slice::from_ref(check))
+            .await
+            .expect("answered");
+        reply.committed
+    }
+
+    #[tokio::test]
+    async fn a_hot_key_is_answered_from_its_lease_and_admits_exactly_the_limit() {
+        for a in [
+            AlgorithmName::FixedWindow,
+            AlgorithmName::SlidingWindow,
+            AlgorithmName::TokenBucket,
+        ] {
+            let f = fleet(1);
+            let check = leased("k", minute(2_000, a));
+            let mut yes = 0;
+            // 5,000 decisions at 1,000/s, within one minute.
+            for _ in 0..5_000 {
+                yes += u64::from(admitted(&f.nodes[0], &check).await);
+                f.clock.advance(MS);
+            }
+            let calls = f.calls.load(Ordering::Relaxed);
+            // A token bucket refills 2,000/min: 166 more over the 5 s.
+            let limit = if a == AlgorithmName::TokenBucket {
+                2_166
+            } else {
+                2_000
+            };
+            assert!(yes <= limit + 1 && yes + 2 >= limit, "{a}: admitted {yes}");
+            assert!(
+                calls * 10 < 5_000,
+                "{a}: {calls} store calls for 5,000 decisions"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fleet_never_admits_more_than_the_limit() {
+        let f = fleet(4);
+        let check = leased("k", minute(1_000, AlgorithmName::FixedWindow));
+        let mut yes = 0;
+        for i in 0..8_000 {
+            yes += u64::from(admitted(&f.nodes[i % 4], &check).await);
+            if i % 4 == 3 {
+                f.clock.advance(MS);
+            }
+        }
+        assert!(yes <= 1_000, "admitted {yes}");
+        // Under-admission at most nodes × largest batch (5 % of 1,000).
+        assert!(yes >= 1_000 - 4 * 50, "admitted {yes}");
+    }
+
+    #[tokio::test]
+    async fn unspent_tokens_go_back_and_refusals_are_remembered() {
+        let f = fleet(1);
+        let limiter = minute(1_000, AlgorithmName::FixedWindow);
+        let check = leased("k", limiter);
+        for _ in 0..200 {
+            assert!(admitted(&f.nodes[0], &check).await);
+            f.clock.advance(MS);
+        }
+        let held = f.nodes[0].table().held("k", f.clock.now());
+        assert!(held > 0, "a lease is out");
+        let returned = f.nodes[0].return_all().await;
+        assert_eq!(returned, held);
+        // The store has exactly what the 200 admissions took.
+        let peek = f
+            .store
+            .check_with(
+                &[Check {
+                    lease: false,
+                    cost: 0,
+                    ..check.clone()
+                }],
+                Commit::Never,
+            )
+            .await
+            .expect("answered");
+        assert_eq!(peek.results[0].decision.remaining(), 800);
+
+        // Exhausted: the refusal is remembered, and costs no round trip.
+        let small = leased("s", minute(20, AlgorithmName::FixedWindow));
+        let mut yes = 0;
+        for _ in 0..100 {
+            yes += u64::from(admitted(&f.nodes[0], &small).await);
+        }
+        assert_eq!(yes, 20);
+        let before = f.calls.load(Ordering::Relaxed);
+        for _ in 0..100 {
+            assert!(!admitted(&f.nodes[0], &small).await);
+        }
+        assert_eq!(
+            f.calls.load(Ordering::Relaxed),
+            before,
+            "denied from memory"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_request_puts_its_lease_tokens_back() {
+        let f = fleet(1);
+        let hot = leased("hot", minute(1_000, AlgorithmName::FixedWindow));
+        for _ in 0..200 {
+            admitted(&f.nodes[0], &hot).await;
+            f.clock.advance(MS);
+        }
+        let held = f.nodes[0].table().held("hot", f.clock.now());
+        let full = Check {
+            key: "full".into(),
+            limit: CheckedLimit::Algorithm(minute(1, AlgorithmName::FixedWindow)),
+            cost: 1,
+            binding: true,
+            on_failure: OnFailure::Error,
+            lease: false,
+        };
+        assert!(
+            f.nodes[0]
+                .check(std::slice::from_ref(&full))
+                .await
+                .expect("ok")
+                .committed
+        );
+        let both = f.nodes[0]
+            .check(&[hot.clone(), full.clone()])
+            .await
+            .expect("answered");
+        assert!(!both.committed);
+        assert_eq!(
+            f.nodes[0].table().held("hot", f.clock.now()),
+            held,
+            "nothing spent"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lease_ends_with_its_ttl() {
+        let f = fleet(1);
+        let check = leased("k", minute(10_000, AlgorithmName::FixedWindow));
+        for _ in 0..200 {
+            admitted(&f.nodes[0], &check).await;
+            f.clock.advance(MS);
+        }
+        assert!(f.nodes[0].table().held("k", f.clock.now()) > 0);
+        f.clock.advance(Duration::from_secs(1));
+        assert_eq!(f.nodes[0].table().held("k", f.clock.now()), 0);
+        let ended = f.nodes[0].table.ended(f.clock.now(), false);
+        assert_eq!(ended.len(), 1);
+        let tokens = ended[0].2.tokens;
+        assert_eq!(give_back(&f.store, ended).await, tokens);
+    }
+}

@@ -1,0 +1,24 @@
+//! Hot keys: what spreads the store work of one very busy key, and what
+//! finds such keys.
+//!
+//! - sub-bucket sharding (`shards: K`) is a property of the limit: the
+//!   split is [`crate::limiter::Limiter::sub_bucket`], the placement of the
+//!   sub-buckets over Redis Cluster slots is
+//!   [`crate::store::key::sub_bucket_key`], and the engine picks a
+//!   sub-bucket per request;
+//! - token leasing (`lease: true`) is a store layer, [`Leases`], with its
+//!   pure accounting and its bound in [`lease`];
+//! - detection is [`TopKeys`]: a bounded top-K of keys by decisions per
+//!   second, served on `/hotkeys`.
+
+pub mod lease;
+pub mod leases;
+pub mod rate;
+pub mod top;
+pub mod view;
+
+pub use lease::{Lease, LeaseOptions};
+pub use leases::{LeaseTable, Leases};
+pub use rate::RateMeter;
+pub use top::TopKeys;
+pub use view::HotKeysView;
