@@ -19,7 +19,14 @@
 //! - `idle then burst`: a few requests, 1.5 s idle, then 30 at once;
 //! - `concurrent`: 64 callers spread over every instance, 300 requests on
 //!   a limit of 100 per hour — time plays no part, so admitted must equal
-//!   100 exactly (no excess from races).
+//!   100 exactly (no excess from races);
+//! - `sharded 2x`: the same callers, 200 requests on a limit of 100 per
+//!   hour split into 4 sub-buckets (`shards: 4`): never above 100, and at
+//!   least 95 admitted (a request can be refused while another sub-bucket
+//!   has room);
+//! - `leased`: 300 requests on a `lease: true` limit of 100 per hour: never
+//!   above 100, and at most instances × largest batch (5 % of the limit)
+//!   below it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -38,12 +45,18 @@ pub const ALGORITHMS: [AlgorithmName; 4] = AlgorithmName::ALL;
 pub const LIMIT: u64 = 10;
 /// Requests per hour of the concurrent pattern.
 pub const HOT_LIMIT: u64 = 100;
+/// Sub-buckets of the `sharded` rule.
+pub const SHARDS: u64 = 4;
+/// The most instances a harness fleet has (the lease bound's factor).
+pub const MAX_INSTANCES: u64 = 4;
 /// The local floor (`fallback_requests_per_unit`) of the outage pattern's
 /// rule, `down` (100 per hour, `failure_mode: open`).
 pub const FLOOR: u64 = 10;
 
 /// The rules: per algorithm `alg=<name>`, then `run=<anything>` (10 per
-/// second), `hot=<anything>` (100 per hour) or `down=<anything>` (100 per
+/// second), `hot=<anything>` (100 per hour), `sharded=<anything>` and
+/// `leased=<anything>` (100 per hour with `shards: 4`, or `lease: true`
+/// but on the exact log), or `down=<anything>` (100 per
 /// hour, failing open to a floor of [`FLOOR`]). The fixed window is the
 /// original's (no extension key), as users get it by default.
 pub fn rules() -> String {
@@ -55,8 +68,14 @@ pub fn rules() -> String {
             format!(", algorithm: {a}")
         };
         out.push_str(&format!(
-            "  - key: alg\n    value: {a}\n    descriptors:\n      - key: run\n        rate_limit: {{unit: second, requests_per_unit: {LIMIT}{extra}}}\n      - key: hot\n        rate_limit: {{unit: hour, requests_per_unit: {HOT_LIMIT}{extra}}}\n      - key: down\n        rate_limit: {{unit: hour, requests_per_unit: {HOT_LIMIT}{extra}, failure_mode: open, fallback_requests_per_unit: {FLOOR}}}\n"
+            "  - key: alg\n    value: {a}\n    descriptors:\n      - key: run\n        rate_limit: {{unit: second, requests_per_unit: {LIMIT}{extra}}}\n      - key: hot\n        rate_limit: {{unit: hour, requests_per_unit: {HOT_LIMIT}{extra}}}\n      - key: down\n        rate_limit: {{unit: hour, requests_per_unit: {HOT_LIMIT}{extra}, failure_mode: open, fallback_requests_per_unit: {FLOOR}}}\n      - key: sharded\n        rate_limit: {{unit: hour, requests_per_unit: {HOT_LIMIT}{extra}, shards: {SHARDS}}}\n"
         ));
+        // An exact log lends nothing out (`lease` is refused on it).
+        if a != AlgorithmName::SlidingLog {
+            out.push_str(&format!(
+                "      - key: leased\n        rate_limit: {{unit: hour, requests_per_unit: {HOT_LIMIT}{extra}, lease: true}}\n"
+            ));
+        }
     }
     out
 }
@@ -257,6 +276,36 @@ pub async fn concurrent(store: &str, instances: &[Service], algorithm: Algorithm
     }
 }
 
+/// 64 callers, twice the limit on a sharded key (see the module doc).
+pub async fn sharded(store: &str, instances: &[Service], algorithm: AlgorithmName) -> Outcome {
+    let sent = 2 * HOT_LIMIT;
+    let admitted = spread(instances, algorithm, "sharded", sent).await;
+    Outcome {
+        store: store.to_string(),
+        algorithm,
+        pattern: "sharded 2x",
+        sent,
+        admitted,
+        ideal: HOT_LIMIT,
+        exact_log: HOT_LIMIT,
+    }
+}
+
+/// 64 callers, three times the limit on a leased key (see the module doc).
+pub async fn leased(store: &str, instances: &[Service], algorithm: AlgorithmName) -> Outcome {
+    let sent = 3 * HOT_LIMIT;
+    let admitted = spread(instances, algorithm, "leased", sent).await;
+    Outcome {
+        store: store.to_string(),
+        algorithm,
+        pattern: "leased",
+        sent,
+        admitted,
+        ideal: HOT_LIMIT,
+        exact_log: HOT_LIMIT,
+    }
+}
+
 /// With the store down (the caller paused it): 64 callers spread evenly
 /// over `instances`, 200 requests on one key of the `down` rule. Each
 /// instance's floor admits exactly [`FLOOR`], so the fleet admits exactly
@@ -340,6 +389,10 @@ pub async fn run_all(store: &str, instances: &[Service]) -> Vec<Outcome> {
     super::wait_for_fresh_window(3600, 10);
     for a in ALGORITHMS {
         out.push(concurrent(store, instances, a).await);
+        out.push(sharded(store, instances, a).await);
+        if a != AlgorithmName::SlidingLog {
+            out.push(leased(store, instances, a).await);
+        }
     }
     out
 }
@@ -354,6 +407,18 @@ pub fn check(outcomes: &[Outcome]) {
         match (o.pattern, o.algorithm) {
             ("concurrent", _) => assert_eq!(o.admitted, o.ideal, "race excess: {what}"),
             ("outage", _) => assert_eq!(o.admitted, o.ideal, "the fleet's floor: {what}"),
+            ("sharded 2x", _) => {
+                assert!(o.admitted <= o.ideal, "never above the limit: {what}");
+                assert!(o.admitted * 100 >= 95 * o.ideal, "95 % of it: {what}");
+            }
+            ("leased", _) => {
+                let largest_batch = o.ideal / 20;
+                assert!(o.admitted <= o.ideal, "never above the limit: {what}");
+                assert!(
+                    o.admitted + MAX_INSTANCES * largest_batch >= o.ideal,
+                    "within instances × batch: {what}"
+                );
+            }
             (_, AlgorithmName::SlidingWindow) => {
                 // At most limit − 1 above the exact log per window the
                 // pattern spans (≤ 4 windows), never below what fits.
@@ -388,10 +453,12 @@ pub fn redis_env(kind: &str, url: String) -> Vec<(&'static str, String)> {
     ]
 }
 
-/// `n` instances with the harness's rules on top of `env`.
+/// `n` instances with the harness's rules on top of `env`; a key is leased
+/// from 10 decisions per second (the patterns are short).
 pub fn instances(n: usize, env: &[(&str, String)]) -> Vec<Service> {
     let rules = rules();
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    env.push(("LEASE_MIN_RATE", "10"));
     (0..n)
         .map(|_| Service::start(&[("rules.yaml", &rules)], &env))
         .collect()
