@@ -40,48 +40,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_ports() { # N [cluster]: N free loopback ports (with port+10000 free too for clusters)
-    python3 - "$@" <<'PY'
-import socket, sys
-n, cluster = int(sys.argv[1]), len(sys.argv) > 2
-def free(p):
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p)); return True
-    except OSError:
-        return False
-    finally:
-        s.close()
-out = []
-while len(out) < n:
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
-    if p not in out and (not cluster or (p + 10000 < 65536 and free(p + 10000))):
-        out.append(p)
-print(" ".join(map(str, out)))
-PY
-}
-
-start_redis() { # PORT [args...]
-    local port=$1; shift
-    mkdir -p "$work/r$port"
-    "${other_cpu[@]}" redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work/r$port" "$@" \
-        >"$work/r$port.log" 2>&1 &
-    pids+=($!)
-    for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && return; sleep 0.05; done
-    echo "redis on $port did not start" >&2; exit 1
-}
-
+. integration/load/redis_servers.sh
 read -r single <<<"$(free_ports 1)"
 start_redis "$single"
-read -r -a cports <<<"$(free_ports 6 cluster)"
-for p in "${cports[@]}"; do
-    start_redis "$p" --cluster-enabled yes --cluster-config-file "nodes-$p.conf" --cluster-node-timeout 2000 \
-        --repl-diskless-sync-delay 0
-done
-redis-cli --cluster create $(printf '127.0.0.1:%s ' "${cports[@]}") --cluster-replicas 1 --cluster-yes >/dev/null
-for _ in $(seq 200); do
-    redis-cli -p "${cports[0]}" cluster info | grep -q cluster_state:ok && break; sleep 0.1
-done
+start_cluster
 
 root="$work/runtime"
 mkdir -p "$root/ratelimit/config"
