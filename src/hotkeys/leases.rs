@@ -518,17 +518,24 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
-    /// Counts the calls that reach the store.
+    /// Counts the calls that reach the store; while `down`, fails them.
     #[derive(Debug)]
     struct Counting {
         inner: Arc<MemoryStore>,
         calls: Arc<AtomicU64>,
+        down: Arc<std::sync::atomic::AtomicBool>,
     }
 
     #[async_trait]
     impl Store for Counting {
         async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
             self.calls.fetch_add(1, Ordering::Relaxed);
+            // A round trip: other requests run meanwhile.
+            tokio::task::yield_now().await;
+            if self.down.load(Ordering::Relaxed) {
+                let e = StoreError::new(StoreErrorKind::Unavailable, "down");
+                return Reply::failed(work.len(), &e);
+            }
             self.inner.execute(work, deadline).await
         }
     }
@@ -537,6 +544,7 @@ mod tests {
         clock: Arc<ManualClock>,
         store: Arc<MemoryStore>,
         calls: Arc<AtomicU64>,
+        down: Arc<std::sync::atomic::AtomicBool>,
         nodes: Vec<Leases<Counting>>,
     }
 
@@ -544,6 +552,7 @@ mod tests {
         let clock = Arc::new(ManualClock::at_secs(1_000_000));
         let store = Arc::new(MemoryStore::new(clock.clone()));
         let calls = Arc::new(AtomicU64::new(0));
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let options = LeaseOptions {
             min_rate: 10,
             ..LeaseOptions::default()
@@ -553,6 +562,7 @@ mod tests {
                 let counting = Counting {
                     inner: Arc::clone(&store),
                     calls: Arc::clone(&calls),
+                    down: Arc::clone(&down),
                 };
                 Leases::new(counting, options, clock.clone())
             })
@@ -561,6 +571,7 @@ mod tests {
             clock,
             store,
             calls,
+            down,
             nodes,
         }
     }
@@ -731,5 +742,56 @@ mod tests {
         assert_eq!(ended.len(), 1);
         let tokens = ended[0].2.tokens;
         assert_eq!(give_back(&f.store, ended).await, tokens);
+    }
+
+    #[tokio::test]
+    async fn during_an_outage_a_lease_is_spent_then_items_fail_for_their_policy() {
+        let f = fleet(1);
+        let check = leased("k", minute(10_000, AlgorithmName::FixedWindow));
+        for _ in 0..200 {
+            admitted(&f.nodes[0], &check).await;
+            f.clock.advance(MS);
+        }
+        let held = f.nodes[0].table().held("k", f.clock.now());
+        assert!(held > 0);
+        f.down.store(true, Ordering::Relaxed);
+        let mut local = 0;
+        let mut failed = 0;
+        let work = Work::Check {
+            items: vec![check.clone()],
+            commit: Commit::IfAllPass,
+        };
+        for _ in 0..held + 10 {
+            match f.nodes[0].execute(&work, None).await.answers[0] {
+                Ok(_) => local += 1,
+                Err(ref e) => {
+                    assert_eq!(e.kind, StoreErrorKind::Unavailable);
+                    failed += 1;
+                }
+            }
+        }
+        assert_eq!(
+            (local, failed),
+            (held, 10),
+            "the lease, then the store's failure"
+        );
+    }
+
+    #[tokio::test]
+    async fn concurrent_requests_wait_for_one_take() {
+        let f = fleet(1);
+        let check = leased("k", minute(100_000, AlgorithmName::FixedWindow));
+        // Hot (1,000 decisions this second), with no lease out: 64
+        // requests at once take one batch and wait for it.
+        for _ in 0..1_000 {
+            admitted(&f.nodes[0], &check).await;
+        }
+        f.nodes[0].return_all().await;
+        let before = f.calls.load(Ordering::Relaxed);
+        let node = &f.nodes[0];
+        let all = futures::future::join_all((0..64).map(|_| admitted(node, &check))).await;
+        assert!(all.iter().all(|ok| *ok));
+        let calls = f.calls.load(Ordering::Relaxed) - before;
+        assert_eq!(calls, 1, "store calls for 64 concurrent requests");
     }
 }
