@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use support::accuracy::redis_env;
 use support::redis::RedisCluster;
 use support::*;
 
@@ -37,25 +38,11 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000000, lease: true}
 ";
 
-fn env(cluster: &RedisCluster, extra: &[(&str, &str)]) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = [
-        ("BACKEND_TYPE", "redis"),
-        ("REDIS_SOCKET_TYPE", "tcp"),
-        ("REDIS_TYPE", "cluster"),
-        ("EXPIRATION_JITTER_MAX_SECONDS", "0"),
-        ("REDIS_STARTUP_INITIAL_INTERVAL", "100ms"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    env.push(("REDIS_URL".into(), cluster.seeds().join(",")));
-    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    env
-}
-
 fn instances(cluster: &RedisCluster, n: usize, extra: &[(&str, &str)]) -> Vec<Service> {
-    let env = env(cluster, extra);
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut env = redis_env("cluster", cluster.seeds().join(","));
+    env.push(("EXPIRATION_JITTER_MAX_SECONDS", "0".into()));
+    env.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     (0..n)
         .map(|_| Service::start(&[("rules.yaml", RULES)], &env))
         .collect()

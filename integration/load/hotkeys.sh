@@ -24,17 +24,6 @@ CONNS=${CONNS:-2}
 CONC=${CONC:-32}
 other_cpu=(); svc_cpu=()
 
-command -v redis-server >/dev/null || { echo "redis-server is required (scripts/test.sh installs it)" >&2; exit 1; }
-cargo build --release --locked --bin ratelimit --bin ratelimit-bench >&2
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
 . integration/load/redis_servers.sh
 start_cluster
 # The primaries: the nodes that own slots.

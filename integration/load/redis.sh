@@ -29,17 +29,6 @@ PIN=${PIN:-0}
 svc_cpu=(); other_cpu=()
 if [ "$PIN" = 1 ]; then svc_cpu=(taskset -c 0); other_cpu=(taskset -c 1); fi
 
-command -v redis-server >/dev/null || { echo "redis-server is required (scripts/test.sh installs it)" >&2; exit 1; }
-cargo build --release --locked --bin ratelimit --bin ratelimit-bench >&2
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
 . integration/load/redis_servers.sh
 read -r single <<<"$(free_ports 1)"
 start_redis "$single"

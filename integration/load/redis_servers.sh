@@ -1,10 +1,23 @@
-# Sourced by the load scripts: Redis servers on free loopback ports, in
-# $work, their pids appended to the pids array (the caller's cleanup kills
-# them). Uses the other_cpu array (a taskset prefix, or empty).
+# Sourced by the load scripts that run Redis: checks for redis-server,
+# builds the release binaries, makes $work and the pids array, and removes
+# both on exit. Then: Redis servers on free loopback ports, in $work, their
+# pids appended to pids. Uses the other_cpu array (a taskset prefix, or
+# empty).
 #   free_ports N [cluster]   N free ports (for a cluster, port+10000 too)
 #   start_redis PORT [args]  one redis-server, waited for
 #   start_cluster            a 6-node cluster (3 primaries, 3 replicas);
 #                            sets the cports array (its ports)
+
+command -v redis-server >/dev/null || { echo "redis-server is required (scripts/test.sh installs it)" >&2; exit 1; }
+cargo build --release --locked --bin ratelimit --bin ratelimit-bench >&2
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
 free_ports() { # N [cluster]: N free loopback ports (with port+10000 free too for clusters)
     python3 - "$@" <<'PY'
 import socket, sys

@@ -261,67 +261,68 @@ pub async fn timed_patterns(
     out
 }
 
-/// 64 callers spread over `instances`, 300 requests on one key of 100 per
-/// hour: admitted must be exactly 100.
-pub async fn concurrent(store: &str, instances: &[Service], algorithm: AlgorithmName) -> Outcome {
-    let admitted = spread(instances, algorithm, "hot", 3 * HOT_LIMIT).await;
-    Outcome {
-        store: store.to_string(),
-        algorithm,
+/// A pattern of 64 callers spread over the instances: `sent` requests on
+/// one fresh key of `key`'s rule, against an ideal of `ideal` admitted.
+pub struct Spread {
+    pub pattern: &'static str,
+    pub key: &'static str,
+    pub sent: u64,
+    pub ideal: u64,
+}
+
+impl Spread {
+    /// 300 requests on one key of 100 per hour: admitted must be exactly 100.
+    pub const CONCURRENT: Spread = Spread {
         pattern: "concurrent",
+        key: "hot",
         sent: 3 * HOT_LIMIT,
-        admitted,
         ideal: HOT_LIMIT,
-        exact_log: HOT_LIMIT,
-    }
-}
-
-/// 64 callers, twice the limit on a sharded key (see the module doc).
-pub async fn sharded(store: &str, instances: &[Service], algorithm: AlgorithmName) -> Outcome {
-    let sent = 2 * HOT_LIMIT;
-    let admitted = spread(instances, algorithm, "sharded", sent).await;
-    Outcome {
-        store: store.to_string(),
-        algorithm,
+    };
+    /// Twice the limit on a sharded key (see the module doc).
+    pub const SHARDED: Spread = Spread {
         pattern: "sharded 2x",
-        sent,
-        admitted,
+        key: "sharded",
+        sent: 2 * HOT_LIMIT,
         ideal: HOT_LIMIT,
-        exact_log: HOT_LIMIT,
-    }
-}
-
-/// 64 callers, three times the limit on a leased key (see the module doc).
-pub async fn leased(store: &str, instances: &[Service], algorithm: AlgorithmName) -> Outcome {
-    let sent = 3 * HOT_LIMIT;
-    let admitted = spread(instances, algorithm, "leased", sent).await;
-    Outcome {
-        store: store.to_string(),
-        algorithm,
+    };
+    /// Three times the limit on a leased key (see the module doc).
+    pub const LEASED: Spread = Spread {
         pattern: "leased",
-        sent,
-        admitted,
+        key: "leased",
+        sent: 3 * HOT_LIMIT,
         ideal: HOT_LIMIT,
-        exact_log: HOT_LIMIT,
-    }
-}
+    };
 
-/// With the store down (the caller paused it): 64 callers spread evenly
-/// over `instances`, 200 requests on one key of the `down` rule. Each
-/// instance's floor admits exactly [`FLOOR`], so the fleet admits exactly
-/// instances × [`FLOOR`]: stricter than the limit, never absent.
-pub async fn outage(store: &str, instances: &[Service], algorithm: AlgorithmName) -> Outcome {
-    let sent = 2 * HOT_LIMIT;
-    let admitted = spread(instances, algorithm, "down", sent).await;
-    let fleet = instances.len() as u64 * FLOOR;
-    Outcome {
-        store: store.to_string(),
-        algorithm,
-        pattern: "outage",
-        sent,
-        admitted,
-        ideal: fleet,
-        exact_log: HOT_LIMIT,
+    /// With the store down (the caller paused it): 200 requests on one key
+    /// of the `down` rule. Each instance's floor admits exactly [`FLOOR`],
+    /// so the fleet admits exactly instances × [`FLOOR`]: stricter than the
+    /// limit, never absent.
+    pub fn outage(instances: usize) -> Spread {
+        Spread {
+            pattern: "outage",
+            key: "down",
+            sent: 2 * HOT_LIMIT,
+            ideal: instances as u64 * FLOOR,
+        }
+    }
+
+    /// Runs the pattern.
+    pub async fn run(
+        &self,
+        store: &str,
+        instances: &[Service],
+        algorithm: AlgorithmName,
+    ) -> Outcome {
+        let admitted = spread(instances, algorithm, self.key, self.sent).await;
+        Outcome {
+            store: store.to_string(),
+            algorithm,
+            pattern: self.pattern,
+            sent: self.sent,
+            admitted,
+            ideal: self.ideal,
+            exact_log: HOT_LIMIT,
+        }
     }
 }
 
@@ -364,7 +365,11 @@ pub async fn run_outage(store: &str, instances: &[Service], pause: impl Fn(bool)
     pause(true);
     let mut out = Vec::new();
     for a in ALGORITHMS {
-        out.push(outage(store, instances, a).await);
+        out.push(
+            Spread::outage(instances.len())
+                .run(store, instances, a)
+                .await,
+        );
     }
     pause(false);
     out
@@ -388,10 +393,10 @@ pub async fn run_all(store: &str, instances: &[Service]) -> Vec<Outcome> {
     // Hour windows: keep the concurrent pattern inside one.
     super::wait_for_fresh_window(3600, 10);
     for a in ALGORITHMS {
-        out.push(concurrent(store, instances, a).await);
-        out.push(sharded(store, instances, a).await);
+        out.push(Spread::CONCURRENT.run(store, instances, a).await);
+        out.push(Spread::SHARDED.run(store, instances, a).await);
         if a != AlgorithmName::SlidingLog {
-            out.push(leased(store, instances, a).await);
+            out.push(Spread::LEASED.run(store, instances, a).await);
         }
     }
     out

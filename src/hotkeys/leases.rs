@@ -591,6 +591,14 @@ mod tests {
         Limiter::new(a, limit, Duration::from_secs(60), None).expect("valid")
     }
 
+    /// `n` admitted requests, 1 ms apart: a hot key with a lease out.
+    async fn warm(f: &Fleet, check: &Check, n: usize) {
+        for _ in 0..n {
+            assert!(admitted(&f.nodes[0], check).await);
+            f.clock.advance(MS);
+        }
+    }
+
     async fn admitted(node: &Leases<Counting>, check: &Check) -> bool {
         let reply = node
             .check(std::slice::from_ref(check))
@@ -650,10 +658,7 @@ mod tests {
         let f = fleet(1);
         let limiter = minute(1_000, AlgorithmName::FixedWindow);
         let check = leased("k", limiter);
-        for _ in 0..200 {
-            assert!(admitted(&f.nodes[0], &check).await);
-            f.clock.advance(MS);
-        }
+        warm(&f, &check, 200).await;
         let held = f.nodes[0].table().held("k", f.clock.now());
         assert!(held > 0, "a lease is out");
         let returned = f.nodes[0].return_all().await;
@@ -695,10 +700,7 @@ mod tests {
     async fn a_refused_request_puts_its_lease_tokens_back() {
         let f = fleet(1);
         let hot = leased("hot", minute(1_000, AlgorithmName::FixedWindow));
-        for _ in 0..200 {
-            admitted(&f.nodes[0], &hot).await;
-            f.clock.advance(MS);
-        }
+        warm(&f, &hot, 200).await;
         let held = f.nodes[0].table().held("hot", f.clock.now());
         let full = Check {
             key: "full".into(),
@@ -731,10 +733,7 @@ mod tests {
     async fn a_lease_ends_with_its_ttl() {
         let f = fleet(1);
         let check = leased("k", minute(10_000, AlgorithmName::FixedWindow));
-        for _ in 0..200 {
-            admitted(&f.nodes[0], &check).await;
-            f.clock.advance(MS);
-        }
+        warm(&f, &check, 200).await;
         assert!(f.nodes[0].table().held("k", f.clock.now()) > 0);
         f.clock.advance(Duration::from_secs(1));
         assert_eq!(f.nodes[0].table().held("k", f.clock.now()), 0);
@@ -748,10 +747,7 @@ mod tests {
     async fn during_an_outage_a_lease_is_spent_then_items_fail_for_their_policy() {
         let f = fleet(1);
         let check = leased("k", minute(10_000, AlgorithmName::FixedWindow));
-        for _ in 0..200 {
-            admitted(&f.nodes[0], &check).await;
-            f.clock.advance(MS);
-        }
+        warm(&f, &check, 200).await;
         let held = f.nodes[0].table().held("k", f.clock.now());
         assert!(held > 0);
         f.down.store(true, Ordering::Relaxed);
