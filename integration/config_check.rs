@@ -113,6 +113,7 @@ fn the_examples_pass_and_algorithm_mistakes_are_named() {
     let o = run(&["-config_dir", "examples/config"]);
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
     assert!(stdout(&o).contains("examples/config/algorithms.yaml"));
+    assert!(stdout(&o).contains("examples/config/hot_keys.yaml"));
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path().to_str().expect("utf-8 path");
     for (yaml, message, line) in [

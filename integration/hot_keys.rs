@@ -186,6 +186,17 @@ async fn leasing_cuts_script_calls_and_never_admits_over_the_limit() {
     assert_eq!(top["descriptor"][0]["key"], "leased");
     assert_eq!(top["lease"], true);
     assert!(top["rate"].as_f64().unwrap_or(0.0) > 0.0);
+    // The gauges: one per rank, whatever the keys.
+    let stats = svcs[0].debug("/stats").body;
+    let ranks: Vec<&str> = stats
+        .lines()
+        .filter(|l| l.starts_with("ratelimit.hot_keys.rank_"))
+        .collect();
+    println!("{ranks:?}");
+    assert_eq!(ranks.len(), 16, "HOT_KEYS_TOP_K series");
+    assert!(!ranks
+        .iter()
+        .any(|l| l.starts_with("ratelimit.hot_keys.rank_1.rate: 0")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

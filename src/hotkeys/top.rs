@@ -298,4 +298,34 @@ mod tests {
             .collect();
         assert_eq!(names, ["c", "a"]);
     }
+
+    proptest::proptest! {
+        /// A key with more decisions than all others together is listed
+        /// first, and no listed rate is below the key's true count.
+        #[test]
+        fn the_majority_key_comes_first(others in proptest::collection::vec(0u16..500, 1..2_000), heavy_share in 51u32..90) {
+            let top = TopKeys::new(4);
+            let t0 = Duration::from_secs(1_000);
+            let heavy = (others.len() as u32 * heavy_share / (100 - heavy_share)).max(1);
+            let mut true_counts = std::collections::HashMap::<String, u32>::new();
+            let mut sent_heavy = 0;
+            for (i, o) in others.iter().enumerate() {
+                let name = format!("o{o}");
+                top.record(top.hash_of(["d", &name]), t0, || info(&name));
+                *true_counts.entry(name).or_default() += 1;
+                // Interleaved: the heavy key's share of every prefix.
+                while sent_heavy * (others.len() as u32) < heavy * (i as u32 + 1) {
+                    top.record(top.hash_of(["d", "heavy"]), t0, || info("heavy"));
+                    sent_heavy += 1;
+                }
+            }
+            true_counts.insert("heavy".into(), sent_heavy);
+            let snap = top.snapshot(t0 + EPOCH);
+            proptest::prop_assert_eq!(snap[0].info.entries[0].1.as_str(), "heavy");
+            for h in &snap {
+                let count = true_counts[&h.info.entries[0].1];
+                proptest::prop_assert!(h.rate * EPOCH.as_secs_f64() >= f64::from(count) - 1e-9);
+            }
+        }
+    }
 }

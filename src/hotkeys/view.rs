@@ -54,7 +54,7 @@ impl HotKeysView {
         self.top
             .snapshot(self.clock.now())
             .into_iter()
-            .map(|h| h.rate)
+            .map(|h| (h.rate * 10.0).round() / 10.0)
             .collect()
     }
 }

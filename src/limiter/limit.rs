@@ -345,6 +345,28 @@ mod tests {
         assert_eq!(bursts, 30, "the burst splits the same way");
     }
 
+    proptest::proptest! {
+        /// Any split adds up to the limit (and a bucket's burst) exactly,
+        /// with every sub-bucket within one of an even share.
+        #[test]
+        fn any_split_adds_up(limit in 1u64..100_000, burst in 1u64..100_000, k in 2u64..=64) {
+            let minute = Duration::from_secs(60);
+            let l = Limiter::new(AlgorithmName::TokenBucket, limit, minute, Some(burst)).expect("valid");
+            let subs: Result<Vec<Limiter>, _> = (0..k).map(|i| l.sub_bucket(i, k)).collect();
+            match subs {
+                Ok(subs) => {
+                    proptest::prop_assert!(k <= limit && k <= burst);
+                    proptest::prop_assert_eq!(subs.iter().map(Limiter::limit).sum::<u64>(), limit);
+                    proptest::prop_assert_eq!(subs.iter().map(Limiter::capacity).sum::<u64>(), burst);
+                    for s in &subs {
+                        proptest::prop_assert!(s.limit() == limit / k || s.limit() == limit / k + 1);
+                    }
+                }
+                Err(_) => proptest::prop_assert!(k > limit || k > burst),
+            }
+        }
+    }
+
     #[test]
     fn a_refund_undoes_what_it_took_while_that_still_counts() {
         let w = Duration::from_secs(10);

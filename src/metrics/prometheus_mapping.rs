@@ -697,6 +697,15 @@ mod tests {
     }
 
     #[test]
+    fn hot_key_gauges_carry_their_rank_as_a_label() {
+        check(
+            "ratelimit.hot_keys.rank_3.rate",
+            "ratelimit_hot_keys_rate",
+            &[("rank", "3")],
+        );
+    }
+
+    #[test]
     fn row_two_level_near_limit() {
         check(
             "ratelimit.service.rate_limit.rl.foo.near_limit",
