@@ -9,39 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use support::certs::{ca, leaf};
 use support::*;
 
 const RULES: &str =
     "domain: test\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 10}\n";
-
-struct Ca {
-    cert_pem: String,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-fn ca(name: &str) -> Ca {
-    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    let key = KeyPair::generate().expect("key");
-    let cert = params.self_signed(&key).expect("ca cert");
-    Ca {
-        cert_pem: cert.pem(),
-        issuer: Issuer::new(params, key),
-    }
-}
-
-/// A leaf certificate for `names`, signed by `ca`: (cert PEM, key PEM).
-fn leaf(ca: &Ca, names: &[&str]) -> (String, String) {
-    let params = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-        .expect("params");
-    let key = KeyPair::generate().expect("key");
-    let cert = params.signed_by(&key, &ca.issuer).expect("leaf");
-    (cert.pem(), key.serialize_pem())
-}
 
 async fn connect(
     addr: SocketAddr,

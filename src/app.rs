@@ -23,6 +23,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::config::provider::ProviderOptions;
 use crate::config::watcher::{ConfigWatcher, ReloadStatus};
+use crate::config::xds::{Backoff, XdsOptions, XdsProvider, XdsTls};
 use crate::config::LiveConfig;
 use crate::engine::{Engine, EngineOptions, FailureDefaults, HeaderNames, LocalCache};
 use crate::hotkeys::{HotKeysView, TopKeys};
@@ -160,7 +161,7 @@ pub async fn run(
 
     // The configuration.
     let live = LiveConfig::new();
-    let Some((watcher, status_task)) =
+    let Some((config_source, status_task)) =
         start_config(&settings, &live, &service_stats, &health, shutdown.clone()).await?
     else {
         return Ok(());
@@ -259,7 +260,7 @@ pub async fn run(
     )
     .await;
     status_task.abort();
-    watcher.shutdown().await;
+    config_source.shutdown().await;
     if let Some(leases) = &built.leases {
         let returned = leases.return_all().await;
         if returned > 0 {
@@ -311,23 +312,26 @@ async fn start_config(
     stats: &Arc<Stats>,
     health: &Health,
     shutdown: impl Future<Output = Signal>,
-) -> Result<Option<(ConfigWatcher, tokio::task::JoinHandle<()>)>, AppError> {
-    if settings.config_provider.config_type != ConfigType::File {
-        return Err(AppError::Unsupported(
-            "CONFIG_TYPE=GRPC_XDS_SOTW is not supported by this build yet; use CONFIG_TYPE=FILE"
-                .into(),
-        ));
-    }
-    let rt = &settings.config_provider.runtime;
-    let opts = ProviderOptions {
-        runtime_root: PathBuf::from(&rt.root),
-        subdirectory: rt.subdirectory.clone(),
-        app_directory: rt.app_directory.clone(),
-        ignore_dotfiles: rt.ignore_dot_files,
-        watch_root: rt.watch_root,
-        merge_domains: settings.config_provider.merge_domain_config,
+) -> Result<Option<(ConfigSource, tokio::task::JoinHandle<()>)>, AppError> {
+    let (source, status) = match settings.config_provider.config_type {
+        ConfigType::File => {
+            let rt = &settings.config_provider.runtime;
+            let opts = ProviderOptions {
+                runtime_root: PathBuf::from(&rt.root),
+                subdirectory: rt.subdirectory.clone(),
+                app_directory: rt.app_directory.clone(),
+                ignore_dotfiles: rt.ignore_dot_files,
+                watch_root: rt.watch_root,
+                merge_domains: settings.config_provider.merge_domain_config,
+            };
+            let (watcher, status) = ConfigWatcher::start(opts, live.clone())?;
+            (ConfigSource::Files(watcher), status)
+        }
+        ConfigType::GrpcXdsSotw => {
+            let (provider, status) = XdsProvider::start(xds_options(settings)?, live.clone());
+            (ConfigSource::Xds(provider), status)
+        }
     };
-    let (watcher, status) = ConfigWatcher::start(opts, live.clone())?;
     let status_task = tokio::spawn(follow_reloads(
         status,
         Arc::clone(stats),
@@ -336,10 +340,10 @@ async fn start_config(
     ));
     if !settings.config_provider.force_start_without_initial_config {
         tokio::select! {
-            loaded = watcher.first_load() => { loaded?; }
+            loaded = source.first_load() => { loaded?; }
             _ = shutdown => {
                 status_task.abort();
-                watcher.shutdown().await;
+                source.shutdown().await;
                 return Ok(None);
             }
         }
@@ -351,7 +355,80 @@ async fn start_config(
                 .await;
         }
     }
-    Ok(Some((watcher, status_task)))
+    Ok(Some((source, status_task)))
+}
+
+/// Where the configuration comes from (`CONFIG_TYPE`); both publish into
+/// the one [`LiveConfig`].
+enum ConfigSource {
+    Files(ConfigWatcher),
+    Xds(XdsProvider),
+}
+
+impl ConfigSource {
+    /// Waits for the first load; a file provider's fatal error.
+    async fn first_load(&self) -> Result<(), AppError> {
+        match self {
+            ConfigSource::Files(w) => w.first_load().await.map(drop).map_err(AppError::from),
+            ConfigSource::Xds(x) => {
+                x.first_load().await;
+                Ok(())
+            }
+        }
+    }
+
+    async fn shutdown(self) {
+        match self {
+            ConfigSource::Files(w) => w.shutdown().await,
+            ConfigSource::Xds(x) => x.shutdown().await,
+        }
+    }
+}
+
+/// The xDS provider's options from the settings; its TLS files are read
+/// now, so that a missing one is a start-up error naming it.
+fn xds_options(settings: &Settings) -> Result<XdsOptions, AppError> {
+    let x = &settings.config_provider.xds;
+    let read = |what: &str, path: &str| -> Result<Option<Vec<u8>>, AppError> {
+        if path.is_empty() {
+            return Ok(None);
+        }
+        std::fs::read(path)
+            .map(Some)
+            .map_err(|e| AppError::Unsupported(format!("{what}={path}: {e}")))
+    };
+    let tls = if x.use_tls {
+        let cert = read("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", &x.client_tls_cert)?;
+        let key = read("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", &x.client_tls_key)?;
+        Some(XdsTls {
+            identity: cert.zip(key),
+            ca: read("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", &x.server_tls_ca_cert)?,
+            server_name: (!x.server_tls_san.is_empty()).then(|| x.server_tls_san.clone()),
+        })
+    } else {
+        None
+    };
+    Ok(XdsOptions {
+        server_url: x.server_url.clone(),
+        node_id: x.node_id.clone(),
+        node_metadata: crate::config::xds::parse_node_metadata(&x.node_metadata),
+        headers: x
+            .additional_headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        tls,
+        backoff: Backoff {
+            initial: x.backoff_initial_interval,
+            max: x.backoff_max_interval,
+            random_factor: x.backoff_random_factor,
+            jitter: x.backoff_jitter,
+        },
+        max_message_size: usize::try_from(x.max_msg_size_in_bytes)
+            .ok()
+            .filter(|n| *n > 0),
+        merge_domains: settings.config_provider.merge_domain_config,
+    })
 }
 
 /// What the engine does beyond matching, from the settings.

@@ -3,7 +3,9 @@
 #![allow(dead_code)]
 
 pub mod accuracy;
+pub mod certs;
 pub mod redis;
+pub mod xds;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -47,13 +49,26 @@ impl Service {
     /// Starts the binary with `files` (name, YAML) in its config directory
     /// and `env` on top of test defaults (memory store, ports 0, loopback).
     pub fn start(files: &[(&str, &str)], env: &[(&str, &str)]) -> Service {
+        Service::start_via(&[], files, env)
+    }
+
+    /// [`Service::start`] with the binary run by `wrapper` (a command and
+    /// its arguments, e.g. `setpriv` to change user), if not empty.
+    pub fn start_via(wrapper: &[&str], files: &[(&str, &str)], env: &[(&str, &str)]) -> Service {
         let dir = tempfile::tempdir().expect("tempdir");
         let cfg = config_dir(dir.path());
         std::fs::create_dir_all(&cfg).expect("config dir");
         for (name, text) in files {
             std::fs::write(cfg.join(name), text).expect("config file");
         }
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ratelimit"));
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(env!("CARGO_BIN_EXE_ratelimit"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_ratelimit")),
+        };
         cmd.env_clear()
             .env("BACKEND_TYPE", "memory")
             .env("USE_STATSD", "false")

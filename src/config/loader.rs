@@ -49,6 +49,13 @@ pub struct ParsedFile {
     raw: model::RawFile,
 }
 
+impl ParsedFile {
+    /// A file decoded by other means than YAML (an xDS resource).
+    pub(crate) fn from_raw(name: String, raw: model::RawFile) -> ParsedFile {
+        ParsedFile { name, raw }
+    }
+}
+
 /// Phase B over parsed files, in the order given.
 pub fn build(files: &[ParsedFile], merge_domains: bool) -> Result<Config, ConfigError> {
     let raw: Vec<(&str, &model::RawFile)> =

@@ -25,6 +25,7 @@ pub mod provider;
 pub mod tree;
 pub(crate) mod validate;
 pub mod watcher;
+pub mod xds;
 pub(crate) mod yaml;
 
 pub use error::{ConfigError, ConfigErrorKind};

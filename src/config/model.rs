@@ -33,7 +33,15 @@ pub(crate) struct RawDescriptor {
     pub(crate) detailed_metric: bool,
     pub(crate) value_to_metric: bool,
     pub(crate) share_threshold: bool,
-    pub(crate) metadata: Option<Node>,
+    pub(crate) metadata: Option<RawMetadata>,
+}
+
+/// A descriptor's `metadata`: a YAML mapping, or (from xDS) a decoded
+/// `Struct`.
+#[derive(Debug, Clone)]
+pub(crate) enum RawMetadata {
+    Yaml(Node),
+    Decoded(super::Metadata),
 }
 
 /// A `rate_limit` block.
@@ -304,9 +312,9 @@ impl Decoder {
         }
     }
 
-    fn metadata(&mut self, node: &Node) -> Option<Node> {
+    fn metadata(&mut self, node: &Node) -> Option<RawMetadata> {
         match &node.kind {
-            NodeKind::Map(_) => Some(node.clone()),
+            NodeKind::Map(_) => Some(RawMetadata::Yaml(node.clone())),
             NodeKind::Scalar(s) if s.value == Resolved::Null => None,
             _ => {
                 self.fail(node, "map[string]interface {}");

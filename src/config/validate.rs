@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::error::{ConfigError, ConfigErrorKind};
 use super::failure::{FailureMode, FailurePolicy};
 use super::metadata;
-use super::model::{RawDescriptor, RawFile, RawRateLimit};
+use super::model::{RawDescriptor, RawFile, RawMetadata, RawRateLimit};
 use super::tree::{ConfiguredLimit, DescriptorTree, HotKeyPolicy, Node, RateLimitRule};
 use crate::limiter::{AlgorithmName, Limiter, Unit};
 
@@ -78,10 +78,11 @@ fn load_descriptors(
             ));
         }
         let metadata = match &d.metadata {
-            Some(node) => Some(Arc::new(
+            Some(RawMetadata::Yaml(node)) => Some(Arc::new(
                 metadata::from_node(node)
                     .map_err(|e| err(ConfigErrorKind::Metadata(e), node.line))?,
             )),
+            Some(RawMetadata::Decoded(m)) => Some(Arc::new(m.clone())),
             None => None,
         };
         let mut child = Node::new(&composite);

@@ -278,7 +278,15 @@ pub fn build(opts: MetricsOptions) -> Result<(MetricsRecorder, MetricsHandle), M
                 response_time_as_ms: opts.prometheus_response_time_as_ms,
             }
         } else {
-            let custom = CustomMapping::from_file(Path::new(&opts.prometheus_mapper_yaml))?;
+            let custom = match CustomMapping::from_file(Path::new(&opts.prometheus_mapper_yaml)) {
+                // The original ignores a file it cannot read and maps
+                // nothing (Envoy Gateway's mapper ConfigMap is optional).
+                Err(e @ MapperError::Read { .. }) => {
+                    tracing::warn!(target: "ratelimit::metrics", "{e}; no mappings");
+                    CustomMapping::from_yaml(b"mappings: []")?
+                }
+                other => other?,
+            };
             let ignored: Vec<&str> = custom.ignored_keys().collect();
             if !ignored.is_empty() {
                 tracing::warn!(

@@ -296,35 +296,35 @@ vars! {
     /// Don't wait for the first config before listening.
     ENV_FORCE_START_WITHOUT_INITIAL_CONFIG = "FORCE_START_WITHOUT_INITIAL_CONFIG", Bool, "false", Active;
     /// XDS node id.
-    ENV_CONFIG_GRPC_XDS_NODE_ID = "CONFIG_GRPC_XDS_NODE_ID", String, "default", Accepted;
+    ENV_CONFIG_GRPC_XDS_NODE_ID = "CONFIG_GRPC_XDS_NODE_ID", String, "default", Active;
     /// Node metadata `k=v,k2=v2`.
-    ENV_CONFIG_GRPC_XDS_NODE_METADATA = "CONFIG_GRPC_XDS_NODE_METADATA", String, "", Accepted;
+    ENV_CONFIG_GRPC_XDS_NODE_METADATA = "CONFIG_GRPC_XDS_NODE_METADATA", String, "", Active;
     /// XDS management server (gRPC target).
-    ENV_CONFIG_GRPC_XDS_SERVER_URL = "CONFIG_GRPC_XDS_SERVER_URL", String, "localhost:18000", Accepted;
+    ENV_CONFIG_GRPC_XDS_SERVER_URL = "CONFIG_GRPC_XDS_SERVER_URL", String, "localhost:18000", Active;
     /// Stream retry interval (effectively unused, runtime spec §11.3).
-    ENV_CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL = "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", Duration, "3s", Accepted;
+    ENV_CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL = "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", Duration, "3s", Active;
     /// Extra gRPC metadata on the xDS stream.
-    ENV_CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS = "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", Map, "", Accepted;
+    ENV_CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS = "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", Map, "", Active;
     /// TLS to the xDS server.
-    ENV_CONFIG_GRPC_XDS_SERVER_USE_TLS = "CONFIG_GRPC_XDS_SERVER_USE_TLS", Bool, "false", Accepted;
+    ENV_CONFIG_GRPC_XDS_SERVER_USE_TLS = "CONFIG_GRPC_XDS_SERVER_USE_TLS", Bool, "false", Active;
     /// Client certificate for xDS TLS.
-    ENV_CONFIG_GRPC_XDS_CLIENT_TLS_CERT = "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", String, "", Accepted;
+    ENV_CONFIG_GRPC_XDS_CLIENT_TLS_CERT = "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", String, "", Active;
     /// Client key for xDS TLS.
-    ENV_CONFIG_GRPC_XDS_CLIENT_TLS_KEY = "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", String, "", Accepted;
+    ENV_CONFIG_GRPC_XDS_CLIENT_TLS_KEY = "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", String, "", Active;
     /// CA added to system roots for the xDS server.
-    ENV_CONFIG_GRPC_XDS_SERVER_TLS_CACERT = "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", String, "", Accepted;
+    ENV_CONFIG_GRPC_XDS_SERVER_TLS_CACERT = "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", String, "", Active;
     /// Expected server name of the xDS server.
-    ENV_CONFIG_GRPC_XDS_SERVER_TLS_SAN = "CONFIG_GRPC_XDS_SERVER_TLS_SAN", String, "", Accepted;
+    ENV_CONFIG_GRPC_XDS_SERVER_TLS_SAN = "CONFIG_GRPC_XDS_SERVER_TLS_SAN", String, "", Active;
     /// Reconnect back-off minimum.
-    ENV_XDS_CLIENT_BACKOFF_INITIAL_INTERVAL = "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", Duration, "10s", Accepted;
+    ENV_XDS_CLIENT_BACKOFF_INITIAL_INTERVAL = "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", Duration, "10s", Active;
     /// Reconnect back-off maximum.
-    ENV_XDS_CLIENT_BACKOFF_MAX_INTERVAL = "XDS_CLIENT_BACKOFF_MAX_INTERVAL", Duration, "60s", Accepted;
+    ENV_XDS_CLIENT_BACKOFF_MAX_INTERVAL = "XDS_CLIENT_BACKOFF_MAX_INTERVAL", Duration, "60s", Active;
     /// Used as the back-off *multiplier* (runtime spec W16).
-    ENV_XDS_CLIENT_BACKOFF_RANDOM_FACTOR = "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", Float, "0.5", Accepted;
+    ENV_XDS_CLIENT_BACKOFF_RANDOM_FACTOR = "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", Float, "0.5", Active;
     /// Jitter on the back-off.
-    ENV_XDS_CLIENT_BACKOFF_JITTER = "XDS_CLIENT_BACKOFF_JITTER", Bool, "true", Accepted;
+    ENV_XDS_CLIENT_BACKOFF_JITTER = "XDS_CLIENT_BACKOFF_JITTER", Bool, "true", Active;
     /// Max xDS message size received.
-    ENV_XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES = "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", Int, "0", Accepted;
+    ENV_XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES = "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", Int, "0", Active;
     /// DogStatsD sink (runtime spec §10.1).
     ENV_USE_DOG_STATSD = "USE_DOG_STATSD", Bool, "false", Active;
     /// Mogrifier names (runtime spec §10.5).
