@@ -48,6 +48,21 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
 fi
 echo "redis: $(redis-server --version)" >&2
 
+# memcached: the memcache backend's tests start their own on free loopback
+# ports.
+if ! command -v memcached >/dev/null 2>&1; then
+    echo "installing memcached from the OS packages" >&2
+    sudo_cmd=""
+    [ "$(id -u)" -ne 0 ] && sudo_cmd=sudo
+    $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get update
+    $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends memcached
+    # The package may start a system service on 11211; the tests never use it.
+    if command -v service >/dev/null 2>&1; then
+        $sudo_cmd service memcached stop >/dev/null 2>&1 || true
+    fi
+fi
+echo "memcached: $(memcached -V)" >&2
+
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --all-targets --locked

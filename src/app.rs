@@ -33,6 +33,7 @@ use crate::resilience::{self, BreakerOptions, ResilienceOptions};
 use crate::service::health::{Component, Health};
 use crate::service::rls::RlsServer;
 use crate::settings::{BackendType, ConfigType, Settings};
+use crate::store::memcache::{MemcacheOptions, MemcacheStore};
 use crate::store::memory::SweeperGuard;
 use crate::store::redis::{RedisOptions, StartupRetry};
 use crate::store::{MemoryStore, Store};
@@ -451,9 +452,9 @@ fn engine_options(settings: &Settings) -> EngineOptions {
         }),
         header_format: r.headers.format,
         retry_after_jitter: r.headers.retry_after_jitter,
-        // The memory store has nothing to wait for; Redis is wrapped in the
-        // same deadline per call (resilience::Deadline).
-        store_timeout: (settings.limiter.backend_type == BackendType::Redis)
+        // The memory store has nothing to wait for; Redis and memcache are
+        // wrapped in the same deadline per call (resilience::Deadline).
+        store_timeout: (settings.limiter.backend_type != BackendType::Memory)
             .then_some(settings.store_failure.timeout),
         failure: FailureDefaults {
             mode: settings.store_failure.failure_mode,
@@ -586,6 +587,18 @@ fn spawn_server<E: std::fmt::Display>(
 
 /// The store the settings ask for; `None` if a shutdown signal came while
 /// waiting for Redis. The memory store comes with its sweeper's guard.
+/// `STORE_TIMEOUT` and the breaker settings.
+fn resilience_options(settings: &Settings) -> ResilienceOptions {
+    let f = &settings.store_failure;
+    ResilienceOptions {
+        timeout: f.timeout,
+        breaker: (f.breaker_failures > 0).then_some(BreakerOptions {
+            failures: f.breaker_failures,
+            cooldown: f.breaker_cooldown,
+        }),
+    }
+}
+
 /// The store the engine calls, with what keeps its background tasks alive.
 struct BuiltStore {
     store: Arc<dyn Store>,
@@ -660,16 +673,12 @@ async fn build_store(
                     handle.spawn(async move { health.set(Component::Backend, up).await });
                 }));
             }
-            let f = &settings.store_failure;
-            let options = ResilienceOptions {
-                timeout: f.timeout,
-                breaker: (f.breaker_failures > 0).then_some(BreakerOptions {
-                    failures: f.breaker_failures,
-                    cooldown: f.breaker_cooldown,
-                }),
-            };
-            let wrapped =
-                resilience::wrap(store, options, settings.hot_keys.lease, Arc::clone(clock));
+            let wrapped = resilience::wrap(
+                store,
+                resilience_options(settings),
+                settings.hot_keys.lease,
+                Arc::clone(clock),
+            );
             BuiltStore {
                 store: Arc::clone(&wrapped.store),
                 leases: Some(Arc::clone(&wrapped.leases)),
@@ -678,9 +687,38 @@ async fn build_store(
             }
         }
         BackendType::Memcache => {
-            return Err(AppError::Unsupported(
-                "BACKEND_TYPE=memcache is not supported by this build; use redis or memory".into(),
-            ))
+            let m = &settings.memcache;
+            let servers = match (m.host_port.is_empty(), m.srv.is_empty()) {
+                (false, false) => {
+                    return Err(AppError::Unsupported(
+                        "MEMCACHE_HOST_PORT and MEMCACHE_SRV are both set; set one".into(),
+                    ))
+                }
+                (true, false) => crate::store::memcache::srv::resolve(&m.srv)
+                    .await
+                    .map_err(|e| AppError::Store(e.message))?,
+                _ => m.host_port.clone(),
+            };
+            let options = MemcacheOptions {
+                servers,
+                max_idle: usize::try_from(m.max_idle_conns).unwrap_or(2),
+                tls: m
+                    .tls_enabled
+                    .then(|| crate::store::tls::ClientTls::from_settings(&m.tls)),
+            };
+            let store = MemcacheStore::new(&options).map_err(|e| AppError::Store(e.message))?;
+            let wrapped = resilience::wrap(
+                store,
+                resilience_options(settings),
+                settings.hot_keys.lease,
+                Arc::clone(clock),
+            );
+            BuiltStore {
+                store: Arc::clone(&wrapped.store),
+                leases: None,
+                _sweeper: None,
+                _wrapped: Some(wrapped),
+            }
         }
     };
     Ok(Some(built))

@@ -4,6 +4,8 @@
 
 pub mod accuracy;
 pub mod certs;
+pub mod dns;
+pub mod memcached;
 pub mod redis;
 pub mod xds;
 

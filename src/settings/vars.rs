@@ -450,23 +450,23 @@ vars! {
     /// Give up (panic) after this; 0 = never.
     ENV_REDIS_STARTUP_MAX_ELAPSED_TIME = "REDIS_STARTUP_MAX_ELAPSED_TIME", Duration, "0", Active;
     /// Memcache servers `host:port,…`.
-    ENV_MEMCACHE_HOST_PORT = "MEMCACHE_HOST_PORT", List, "", Accepted;
+    ENV_MEMCACHE_HOST_PORT = "MEMCACHE_HOST_PORT", List, "", Active;
     /// Idle connections per memcache server.
-    ENV_MEMCACHE_MAX_IDLE_CONNS = "MEMCACHE_MAX_IDLE_CONNS", Int, "2", Accepted;
+    ENV_MEMCACHE_MAX_IDLE_CONNS = "MEMCACHE_MAX_IDLE_CONNS", Int, "2", Active;
     /// SRV record for memcache servers (exclusive with host list).
-    ENV_MEMCACHE_SRV = "MEMCACHE_SRV", String, "", Accepted;
+    ENV_MEMCACHE_SRV = "MEMCACHE_SRV", String, "", Active;
     /// SRV re-resolution period; 0 = never.
-    ENV_MEMCACHE_SRV_REFRESH = "MEMCACHE_SRV_REFRESH", Duration, "0", Accepted;
+    ENV_MEMCACHE_SRV_REFRESH = "MEMCACHE_SRV_REFRESH", Duration, "0", Active;
     /// TLS to memcache.
-    ENV_MEMCACHE_TLS = "MEMCACHE_TLS", Bool, "false", Accepted;
+    ENV_MEMCACHE_TLS = "MEMCACHE_TLS", Bool, "false", Active;
     /// Client cert for memcache TLS.
-    ENV_MEMCACHE_TLS_CLIENT_CERT = "MEMCACHE_TLS_CLIENT_CERT", String, "", Accepted;
+    ENV_MEMCACHE_TLS_CLIENT_CERT = "MEMCACHE_TLS_CLIENT_CERT", String, "", Active;
     /// Client key for memcache TLS.
-    ENV_MEMCACHE_TLS_CLIENT_KEY = "MEMCACHE_TLS_CLIENT_KEY", String, "", Accepted;
+    ENV_MEMCACHE_TLS_CLIENT_KEY = "MEMCACHE_TLS_CLIENT_KEY", String, "", Active;
     /// CA added to system roots for memcache TLS.
-    ENV_MEMCACHE_TLS_CACERT = "MEMCACHE_TLS_CACERT", String, "", Accepted;
+    ENV_MEMCACHE_TLS_CACERT = "MEMCACHE_TLS_CACERT", String, "", Active;
     /// Verify chain but not host name.
-    ENV_MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION = "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", Bool, "false", Accepted;
+    ENV_MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION = "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", Bool, "false", Active;
     /// Global shadow mode (runtime spec §12.1).
     ENV_SHADOW_MODE = "SHADOW_MODE", Bool, "false", Active;
     /// Global quota mode (runtime spec §12.2).

@@ -14,11 +14,14 @@
 //!
 //! - [`memory`]: the embedded store, in-process;
 //! - [`redis`]: Redis single, sentinel or cluster, shared by a fleet;
+//! - [`memcache`]: the original's fixed windows in memcached;
 //! - [`key`]: the byte-exact cache-key format shared with the original.
 
 pub mod key;
+pub mod memcache;
 pub mod memory;
 pub mod redis;
+pub mod tls;
 
 use std::time::Duration;
 

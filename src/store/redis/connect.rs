@@ -3,8 +3,6 @@
 //! answers `PING`, retrying with jittered exponential back-off, giving up
 //! only after `REDIS_STARTUP_MAX_ELAPSED_TIME` (0 = never).
 
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::clients::Pool;
@@ -13,8 +11,6 @@ use fred::types::config::{
     Config, ConnectionConfig, PerformanceConfig, ReconnectPolicy, ServerConfig, TlsConfig,
 };
 use fred::types::scripts::Script;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::url::{self, Credentials, Target, UrlError};
 use super::{Backend, Node, RedisStore};
@@ -22,15 +18,7 @@ use crate::settings::{ClientTlsSettings, RedisSettings};
 use crate::store::{NodeId, StoreError, StoreErrorKind};
 
 /// TLS files for Redis connections.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct RedisTls {
-    /// Extra trusted CA (besides the system roots, as the original).
-    pub ca: Option<PathBuf>,
-    /// Client certificate chain and key, for mutual TLS.
-    pub client: Option<(PathBuf, PathBuf)>,
-    /// Verify the chain but not the host name.
-    pub skip_hostname_verification: bool,
-}
+pub type RedisTls = crate::store::tls::ClientTls;
 
 /// How to reach one Redis deployment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +54,6 @@ impl RedisOptions {
         } else {
             url::credentials(&s.auth)
         };
-        let nonempty = |p: &str| (!p.is_empty()).then(|| PathBuf::from(p));
         Ok(RedisOptions {
             target,
             credentials,
@@ -77,11 +64,7 @@ impl RedisOptions {
             } else {
                 s.timeout
             },
-            tls: s.tls.then(|| RedisTls {
-                ca: nonempty(&tls.ca_cert),
-                client: nonempty(&tls.client_cert).zip(nonempty(&tls.client_key)),
-                skip_hostname_verification: tls.skip_hostname_verification,
-            }),
+            tls: s.tls.then(|| RedisTls::from_settings(tls)),
             display: url::mask(&s.url),
         })
     }
@@ -160,103 +143,11 @@ fn effective_pool_size(configured: i64) -> usize {
     (configured.clamp(1, 1024) as usize).min(cores)
 }
 
-fn tls_error(what: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::new(StoreErrorKind::Rejected, format!("Redis TLS {what}: {e}"))
-}
-
 fn tls_config(t: &RedisTls) -> Result<TlsConfig, StoreError> {
-    let mut roots = rustls::RootCertStore::empty();
-    let native = rustls_native_certs::load_native_certs();
-    for cert in native.certs {
-        let _ = roots.add(cert);
-    }
-    if let Some(ca) = &t.ca {
-        for cert in CertificateDer::pem_file_iter(ca).map_err(|e| tls_error("CA", e))? {
-            roots
-                .add(cert.map_err(|e| tls_error("CA", e))?)
-                .map_err(|e| tls_error("CA", e))?;
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| tls_error("config", e))?;
-    let roots = Arc::new(roots);
-    let builder = if t.skip_hostname_verification {
-        let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(roots, provider)
-            .build()
-            .map_err(|e| tls_error("config", e))?;
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(ChainOnly(inner)))
-    } else {
-        builder.with_root_certificates(roots)
-    };
-    let config = match &t.client {
-        None => builder.with_no_client_auth(),
-        Some((cert, key)) => {
-            let chain = CertificateDer::pem_file_iter(cert)
-                .map_err(|e| tls_error("client certificate", e))?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| tls_error("client certificate", e))?;
-            let key = PrivateKeyDer::from_pem_file(key).map_err(|e| tls_error("client key", e))?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| tls_error("client certificate", e))?
-        }
-    };
+    let config = t.rustls_config("Redis")?;
     Ok(TlsConfig::from(fred::types::config::TlsConnector::from(
         config,
     )))
-}
-
-/// Verifies the certificate chain but accepts any host name
-/// (`REDIS_TLS_SKIP_HOSTNAME_VERIFICATION`).
-#[derive(Debug)]
-struct ChainOnly(Arc<rustls::client::WebPkiServerVerifier>);
-
-impl rustls::client::danger::ServerCertVerifier for ChainOnly {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &rustls::pki_types::ServerName<'_>,
-        ocsp: &[u8],
-        now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
-            Err(rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName))
-            | Err(rustls::Error::InvalidCertificate(
-                rustls::CertificateError::NotValidForNameContext { .. },
-            )) => Ok(rustls::client::danger::ServerCertVerified::assertion()),
-            other => other,
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
 }
 
 /// The start-up back-off (`REDIS_STARTUP_*`).

@@ -1,0 +1,233 @@
+//! The memcache backend (`BACKEND_TYPE=memcache`) against real `memcached`
+//! processes on free loopback ports: two instances share counters on the
+//! original's keys with the original's TTLs, keys spread over servers by
+//! CRC32, a month window stays counted (the original's expires at once),
+//! an outage follows the rules' `failure_mode`, and `MEMCACHE_SRV` finds
+//! the servers through DNS.
+
+mod support;
+
+use std::time::Duration;
+
+use support::memcached::Memcached;
+use support::*;
+
+const OK: i32 = 1;
+const OVER: i32 = 2;
+
+const RULES: &str = "
+domain: mc
+descriptors:
+  - key: hour
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: month
+    rate_limit: {unit: month, requests_per_unit: 2}
+  - key: open
+    rate_limit: {unit: hour, requests_per_unit: 100, failure_mode: open, fallback_requests_per_unit: 2}
+";
+
+fn start(servers: &str, extra: &[(&str, &str)]) -> Service {
+    let mut env = vec![
+        ("BACKEND_TYPE", "memcache"),
+        ("MEMCACHE_HOST_PORT", servers),
+        ("EXPIRATION_JITTER_MAX_SECONDS", "0"),
+        ("STORE_TIMEOUT", "1s"),
+    ];
+    env.extend_from_slice(extra);
+    Service::start(&[("rules.yaml", RULES)], &env)
+}
+
+async fn code(svc: &Service, key: &str, value: &str) -> Result<(i32, u32), tonic::Status> {
+    let mut c = svc.client().await;
+    call(&mut c, request("mc", vec![desc(&[(key, value)])]))
+        .await
+        .map(|r| (r.overall_code, r.statuses[0].limit_remaining))
+}
+
+fn window(unit: u64) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    now - now % unit
+}
+
+/// Polls until `f` holds (the increments are not awaited by the answer).
+fn eventually(mut f: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_counters_on_the_original_keys() {
+    wait_for_fresh_window(3600, 20);
+    let mc = Memcached::start();
+    let (a, b) = (start(&mc.addr(), &[]), start(&mc.addr(), &[]));
+    let key = format!("mc_hour_shared_{}", window(3600));
+    assert_eq!(code(&a, "hour", "shared").await.expect("answer"), (OK, 2));
+    assert!(
+        eventually(|| mc.get(&key).as_deref() == Some("1")),
+        "{:?}",
+        mc.get(&key)
+    );
+    let ttl = mc.ttl(&key).expect("ttl");
+    assert!((3590..=3600).contains(&ttl), "the window's TTL: {ttl}");
+    assert_eq!(code(&b, "hour", "shared").await.expect("answer"), (OK, 1));
+    assert!(eventually(|| mc.get(&key).as_deref() == Some("2")));
+    assert_eq!(code(&a, "hour", "shared").await.expect("answer"), (OK, 0));
+    assert!(eventually(|| mc.get(&key).as_deref() == Some("3")));
+    assert_eq!(code(&b, "hour", "shared").await.expect("answer").0, OVER);
+    // An old instance's counter is read as it left it.
+    let seeded = format!("mc_hour_seeded_{}", window(3600));
+    mc.exchange(&format!("set {seeded} 0 3600 1\r\n3\r\n"), |l| {
+        l == "STORED"
+    });
+    assert_eq!(code(&a, "hour", "seeded").await.expect("answer").0, OVER);
+    assert!(a.stat("ratelimit.memcache.multiget.__code=success") >= 3);
+    assert!(a.stat("ratelimit.memcache.add.__code=success") >= 1);
+
+    // A month window: memcached reads TTLs above 30 days as absolute times,
+    // so the key is sent one; it is kept and counts.
+    let month = 2_592_000;
+    let key = format!("mc_month_m_{}", window(month));
+    assert_eq!(code(&a, "month", "m").await.expect("answer").0, OK);
+    assert!(eventually(|| mc.get(&key).as_deref() == Some("1")), "kept");
+    let ttl = mc.ttl(&key).expect("ttl");
+    assert!(ttl > 30 * 86_400 - 60 && ttl <= month as i64, "ttl {ttl}");
+    code(&a, "month", "m").await.expect("answer");
+    assert!(eventually(|| mc.get(&key).as_deref() == Some("2")));
+    assert_eq!(code(&a, "month", "m").await.expect("answer").0, OVER);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_spread_over_servers_and_an_outage_follows_the_failure_mode() {
+    wait_for_fresh_window(3600, 20);
+    let (one, mut two) = (Memcached::start(), Memcached::start());
+    let svc = start(&format!("{},{}", one.addr(), two.addr()), &[]);
+    for i in 0..20 {
+        code(&svc, "hour", &format!("v{i}")).await.expect("answer");
+    }
+    let w = window(3600);
+    let on = |m: &Memcached| {
+        (0..20)
+            .filter(|i| m.get(&format!("mc_hour_v{i}_{w}")).is_some())
+            .count()
+    };
+    assert!(eventually(|| on(&one) + on(&two) == 20));
+    for i in 0..20 {
+        let key = format!("mc_hour_v{i}_{w}");
+        let home = if crc32fast::hash(key.as_bytes()).is_multiple_of(2) {
+            &one
+        } else {
+            &two
+        };
+        assert!(home.get(&key).is_some(), "{key} on the server CRC32 picks");
+    }
+    println!("spread: {} and {} of 20 keys", on(&one), on(&two));
+
+    // Server two down: its keys fail by their rules, server one's work.
+    two.kill();
+    let mut by_server = (0, 0);
+    for i in 0..20 {
+        let key = format!("mc_hour_v{i}_{w}");
+        let answer = code(&svc, "hour", &format!("v{i}")).await;
+        if crc32fast::hash(key.as_bytes()).is_multiple_of(2) {
+            assert!(answer.is_ok(), "{key}: {answer:?}");
+            by_server.0 += 1;
+        } else {
+            let e = answer.expect_err("the original's error");
+            assert_eq!(e.code(), tonic::Code::Unknown);
+            by_server.1 += 1;
+        }
+    }
+    println!(
+        "during the outage: {} answered, {} failed (failure_mode error)",
+        by_server.0, by_server.1
+    );
+    // A fail-open rule on the dead server falls back to its floor of 2.
+    let value = (0..100)
+        .map(|i| format!("x{i}"))
+        .find(|v| crc32fast::hash(format!("mc_open_{v}_{w}").as_bytes()) % 2 == 1)
+        .expect("a key on server two");
+    let mut open = Vec::new();
+    for _ in 0..4 {
+        open.push(
+            code(&svc, "open", &value)
+                .await
+                .expect("answered by the floor")
+                .0,
+        );
+    }
+    assert_eq!(open, [OK, OK, OVER, OVER], "the floor");
+}
+
+/// `MEMCACHE_SRV`: the service (in its own mount namespace, with a
+/// resolv.conf naming a DNS server of the test on 127.0.0.1:53) finds its
+/// servers by SRV and counts on them. Needs root for the namespace and the
+/// port, as the tests run in CI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memcache_srv_finds_the_servers_through_dns() {
+    wait_for_fresh_window(3600, 20);
+    let mc = Memcached::start();
+    let dns = support::dns::SrvServer::start("_memcache._tcp.rl.test.", &[("localhost.", mc.port)]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let resolv = dir.path().join("resolv.conf");
+    std::fs::write(&resolv, format!("nameserver {}\n", dns.ip())).expect("resolv.conf");
+    let script = format!(
+        "mount --bind {} /etc/resolv.conf && exec \"$0\" \"$@\"",
+        resolv.display()
+    );
+    let wrapper = ["unshare", "--mount", "sh", "-c", script.as_str()];
+    let svc = Service::start_via(
+        &wrapper,
+        &[("rules.yaml", RULES)],
+        &[
+            ("BACKEND_TYPE", "memcache"),
+            ("MEMCACHE_SRV", "_memcache._tcp.rl.test"),
+            ("EXPIRATION_JITTER_MAX_SECONDS", "0"),
+        ],
+    );
+    assert_eq!(code(&svc, "hour", "srv").await.expect("answer"), (OK, 2));
+    let key = format!("mc_hour_srv_{}", window(3600));
+    assert!(eventually(|| mc.get(&key).as_deref() == Some("1")));
+    assert!(dns.queries() >= 1);
+}
+
+#[test]
+fn both_server_settings_or_a_bad_srv_name_stop_start_up() {
+    for (env, said) in [
+        (
+            vec![
+                ("MEMCACHE_HOST_PORT", "127.0.0.1:1"),
+                ("MEMCACHE_SRV", "_m._tcp.x"),
+            ],
+            "both set",
+        ),
+        (
+            vec![("MEMCACHE_SRV", "not-an-srv-name")],
+            "not of the form _service._proto.name",
+        ),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit"))
+            .env_clear()
+            .env("BACKEND_TYPE", "memcache")
+            .env("USE_STATSD", "false")
+            .env("RUNTIME_ROOT", dir.path())
+            .env("PORT", "0")
+            .env("GRPC_PORT", "0")
+            .env("DEBUG_PORT", "0")
+            .envs(env)
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains(said), "{err}");
+    }
+}

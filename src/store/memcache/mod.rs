@@ -1,0 +1,461 @@
+//! The memcache store (`BACKEND_TYPE=memcache`): the original's fixed
+//! windows in memcached, with the original's keys, arithmetic and
+//! statistics, so that an old and a new instance on one memcached share
+//! counters.
+//!
+//! Per request, as the original: one `get` of the request's keys per
+//! server; each value read as a decimal (absent or unparseable: 0); the
+//! counter after the request is that value plus the request's hits, and
+//! the statuses are decided from it. The increments are then sent without
+//! the response waiting for them: `incr key hits`; a missing key is `add`ed
+//! with the hits and the window's TTL; if another instance added it first
+//! (`NOT_STORED`), `incr` again. So, as in the original, concurrent requests
+//! read the same count and a burst can overshoot by the requests in flight
+//! (read-then-increment is not atomic in memcache's text protocol).
+//!
+//! Differences from the original, each compatible (see the README):
+//! - a server that cannot answer fails its own items, which the
+//!   resilience layers answer by their rules' `failure_mode` (default
+//!   `error`, the RLS's UNKNOWN) instead of reading 0 for every key;
+//! - TTLs above 30 days are sent as absolute times, as memcached reads
+//!   them (the original's month and year keys expire at once);
+//! - a key memcached cannot hold (over 250 bytes, whitespace) fails alone
+//!   instead of the whole request.
+//!
+//! Keys go to server `CRC32(key) mod n` of `MEMCACHE_HOST_PORT`, as the
+//! original's client picks them. The opt-in algorithms need an atomic
+//! read-modify-write and are refused here (use Redis or the memory store).
+
+pub mod protocol;
+pub mod srv;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
+
+use super::tls::ClientTls;
+use super::{Answer, Increment, NodeId, Reply, Store, StoreError, StoreErrorKind, Work};
+use protocol::Reply as Said;
+
+/// The original client's I/O timeout per command.
+pub const IO_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Statistic names (scope `ratelimit.memcache`, tags as the statsd sink
+/// spells them).
+mod stat {
+    pub(super) const MULTIGET_SUCCESS: &str = "ratelimit.memcache.multiget.__code=success";
+    pub(super) const MULTIGET_ERROR: &str = "ratelimit.memcache.multiget.__code=error";
+    pub(super) const INCREMENT_SUCCESS: &str = "ratelimit.memcache.increment.__code=success";
+    pub(super) const INCREMENT_MISS: &str = "ratelimit.memcache.increment.__code=miss";
+    pub(super) const INCREMENT_ERROR: &str = "ratelimit.memcache.increment.__code=error";
+    pub(super) const ADD_SUCCESS: &str = "ratelimit.memcache.add.__code=success";
+    pub(super) const ADD_ERROR: &str = "ratelimit.memcache.add.__code=error";
+    pub(super) const ADD_NOT_STORED: &str = "ratelimit.memcache.add.__code=not_stored";
+    pub(super) const KEYS_REQUESTED: &str = "ratelimit.memcache.keys_requested";
+    pub(super) const KEYS_FOUND: &str = "ratelimit.memcache.keys_found";
+}
+
+/// How to reach the servers.
+#[derive(Debug, Clone, Default)]
+pub struct MemcacheOptions {
+    /// `host:port` of each server, in `MEMCACHE_HOST_PORT` order.
+    pub servers: Vec<String>,
+    /// `MEMCACHE_MAX_IDLE_CONNS`: idle connections kept per server.
+    pub max_idle: usize,
+    /// `MEMCACHE_TLS`.
+    pub tls: Option<ClientTls>,
+}
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// One connection and what it has read past the last reply.
+struct Conn {
+    io: Box<dyn Io>,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    async fn command(&mut self, bytes: &[u8], multi: bool) -> Result<Said, StoreError> {
+        self.io.write_all(bytes).await.map_err(io_error)?;
+        loop {
+            match protocol::parse(&self.buf, multi) {
+                Ok((reply, used)) => {
+                    self.buf.drain(..used);
+                    return Ok(reply);
+                }
+                Err(protocol::ParseError::Incomplete) => {}
+                Err(e) => return Err(StoreError::new(StoreErrorKind::Rejected, e.to_string())),
+            }
+            let mut chunk = [0u8; 4096];
+            let n = self.io.read(&mut chunk).await.map_err(io_error)?;
+            if n == 0 {
+                return Err(StoreError::new(
+                    StoreErrorKind::Unavailable,
+                    "memcache closed the connection",
+                ));
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+fn io_error(e: std::io::Error) -> StoreError {
+    StoreError::new(StoreErrorKind::Unavailable, format!("memcache: {e}"))
+}
+
+/// One server and its idle connections.
+struct Server {
+    addr: String,
+    node: NodeId,
+    idle: parking_lot::Mutex<Vec<Conn>>,
+    max_idle: usize,
+    tls: Option<(
+        tokio_rustls::TlsConnector,
+        rustls::pki_types::ServerName<'static>,
+    )>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("addr", &self.addr).finish()
+    }
+}
+
+impl Server {
+    async fn dial(&self) -> Result<Conn, StoreError> {
+        let tcp = tokio::net::TcpStream::connect(&self.addr)
+            .await
+            .map_err(io_error)?;
+        let _ = tcp.set_nodelay(true);
+        let io: Box<dyn Io> = match &self.tls {
+            Some((connector, name)) => Box::new(
+                connector
+                    .connect(name.clone(), tcp)
+                    .await
+                    .map_err(io_error)?,
+            ),
+            None => Box::new(tcp),
+        };
+        Ok(Conn {
+            io,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Runs `bytes` on a pooled connection, within [`IO_TIMEOUT`] and
+    /// `deadline`.
+    async fn command(
+        &self,
+        bytes: &[u8],
+        multi: bool,
+        deadline: Option<Instant>,
+    ) -> Result<Said, StoreError> {
+        let limit = Instant::now() + IO_TIMEOUT;
+        let until = deadline.map_or(limit, |d| d.min(limit));
+        let work = async {
+            let pooled = self.idle.lock().pop();
+            let mut conn = match pooled {
+                Some(c) => c,
+                None => self.dial().await?,
+            };
+            let reply = conn.command(bytes, multi).await?;
+            let mut idle = self.idle.lock();
+            if idle.len() < self.max_idle {
+                idle.push(conn);
+            }
+            Ok(reply)
+        };
+        tokio::time::timeout_at(until, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::new(
+                    StoreErrorKind::Timeout,
+                    super::DEADLINE_EXCEEDED,
+                ))
+            })
+    }
+}
+
+/// The memcache store.
+#[derive(Debug, Clone)]
+pub struct MemcacheStore {
+    servers: Arc<Vec<Server>>,
+}
+
+impl MemcacheStore {
+    /// A store over `options.servers` (connections are opened on first
+    /// use, as the original's client does).
+    pub fn new(options: &MemcacheOptions) -> Result<MemcacheStore, StoreError> {
+        if options.servers.is_empty() {
+            return Err(StoreError::new(
+                StoreErrorKind::Rejected,
+                "BACKEND_TYPE=memcache needs MEMCACHE_HOST_PORT or MEMCACHE_SRV",
+            ));
+        }
+        let tls = match &options.tls {
+            Some(t) => Some(tokio_rustls::TlsConnector::from(Arc::new(
+                t.rustls_config("memcache")?,
+            ))),
+            None => None,
+        };
+        let servers = options
+            .servers
+            .iter()
+            .map(|addr| {
+                let host = addr.rsplit_once(':').map_or(addr.as_str(), |(h, _)| h);
+                let tls = match &tls {
+                    Some(c) => {
+                        let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                            .map_err(|e| {
+                                StoreError::new(
+                                    StoreErrorKind::Rejected,
+                                    format!("memcache TLS server name {host}: {e}"),
+                                )
+                            })?;
+                        Some((c.clone(), name))
+                    }
+                    None => None,
+                };
+                Ok(Server {
+                    addr: addr.clone(),
+                    node: NodeId::new(addr),
+                    idle: parking_lot::Mutex::new(Vec::new()),
+                    max_idle: options.max_idle.max(1),
+                    tls,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(MemcacheStore {
+            servers: Arc::new(servers),
+        })
+    }
+
+    /// The server of `key`: `CRC32(key) mod n`, as the original's client.
+    fn server_of(&self, key: &str) -> usize {
+        (crc32fast::hash(key.as_bytes()) as usize) % self.servers.len()
+    }
+
+    /// The original windows: read, then increment in the background.
+    async fn count(&self, items: &[Increment], deadline: Option<Instant>) -> Reply {
+        let mut answers: Vec<Result<Answer, StoreError>> = Vec::with_capacity(items.len());
+        let mut by_server: Vec<Vec<usize>> = vec![Vec::new(); self.servers.len()];
+        for (i, inc) in items.iter().enumerate() {
+            if protocol::valid_key(&inc.key) {
+                by_server[self.server_of(&inc.key)].push(i);
+                answers.push(Ok(Answer::Count(0)));
+            } else {
+                answers.push(Err(StoreError::new(
+                    StoreErrorKind::Rejected,
+                    format!("memcache cannot hold the key {:?}", inc.key),
+                )));
+            }
+        }
+        let reads = by_server
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| !p.is_empty())
+            .map(|(s, positions)| {
+                let keys: Vec<&str> = positions.iter().map(|&i| items[i].key.as_str()).collect();
+                let command = protocol::get(&keys);
+                async move {
+                    ::metrics::counter!(stat::KEYS_REQUESTED).increment(keys.len() as u64);
+                    (s, self.servers[s].command(&command, true, deadline).await)
+                }
+            });
+        let mut answered = Vec::new();
+        for (s, reply) in futures::future::join_all(reads).await {
+            let positions = &by_server[s];
+            match reply {
+                Ok(Said::Values(values)) => {
+                    ::metrics::counter!(stat::MULTIGET_SUCCESS).increment(1);
+                    ::metrics::counter!(stat::KEYS_FOUND).increment(values.len() as u64);
+                    for &i in positions {
+                        let before = values
+                            .iter()
+                            .find(|(k, _)| *k == items[i].key)
+                            .map_or(0, |(_, v)| count_of(&items[i].key, v));
+                        answers[i] = Ok(Answer::Count(before.saturating_add(items[i].hits)));
+                        answered.push(i);
+                    }
+                }
+                other => {
+                    ::metrics::counter!(stat::MULTIGET_ERROR).increment(1);
+                    let e = match other {
+                        Err(e) => e,
+                        Ok(r) => StoreError::new(
+                            StoreErrorKind::Rejected,
+                            format!("memcache get answered {r:?}"),
+                        ),
+                    };
+                    tracing::error!("memcache get from {}: {e}", self.servers[s].addr);
+                    for &i in positions {
+                        answers[i] = Err(e.clone());
+                    }
+                }
+            }
+        }
+        // Increments after the answer, not awaited (as the original).
+        let increments: Vec<(usize, String, u64, u64)> = answered
+            .into_iter()
+            .filter(|&i| items[i].hits > 0)
+            .map(|i| {
+                let inc = &items[i];
+                (
+                    self.server_of(&inc.key),
+                    inc.key.clone(),
+                    inc.hits,
+                    inc.ttl_seconds,
+                )
+            })
+            .collect();
+        if !increments.is_empty() {
+            let store = self.clone();
+            tokio::spawn(async move { store.increment_all(increments).await });
+        }
+        Reply {
+            answers,
+            committed: true,
+        }
+    }
+
+    async fn increment_all(&self, increments: Vec<(usize, String, u64, u64)>) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let all = increments.iter().map(|(s, key, hits, ttl)| {
+            let server = &self.servers[*s];
+            async move {
+                if let Err(e) = increment(server, key, *hits, protocol::exptime(*ttl, now)).await {
+                    tracing::error!("memcache increment of {key} on {}: {e}", server.addr);
+                }
+            }
+        });
+        futures::future::join_all(all).await;
+    }
+}
+
+/// `incr`; when missing `add`; when another added it first, `incr` again.
+async fn increment(server: &Server, key: &str, hits: u64, exptime: u64) -> Result<(), StoreError> {
+    let incr = protocol::incr(key, hits);
+    match server.command(&incr, false, None).await {
+        Ok(Said::Number(_)) => {
+            ::metrics::counter!(stat::INCREMENT_SUCCESS).increment(1);
+            return Ok(());
+        }
+        Ok(Said::NotFound) => ::metrics::counter!(stat::INCREMENT_MISS).increment(1),
+        other => {
+            ::metrics::counter!(stat::INCREMENT_ERROR).increment(1);
+            return Err(unexpected(other));
+        }
+    }
+    match server
+        .command(&protocol::add(key, &hits.to_string(), exptime), false, None)
+        .await
+    {
+        Ok(Said::Stored) => {
+            ::metrics::counter!(stat::ADD_SUCCESS).increment(1);
+            Ok(())
+        }
+        Ok(Said::NotStored) => {
+            ::metrics::counter!(stat::ADD_NOT_STORED).increment(1);
+            match server.command(&incr, false, None).await {
+                Ok(Said::Number(_)) => {
+                    ::metrics::counter!(stat::INCREMENT_SUCCESS).increment(1);
+                    Ok(())
+                }
+                other => {
+                    ::metrics::counter!(stat::INCREMENT_ERROR).increment(1);
+                    Err(unexpected(other))
+                }
+            }
+        }
+        other => {
+            ::metrics::counter!(stat::ADD_ERROR).increment(1);
+            Err(unexpected(other))
+        }
+    }
+}
+
+fn unexpected(reply: Result<Said, StoreError>) -> StoreError {
+    match reply {
+        Err(e) => e,
+        Ok(r) => StoreError::new(StoreErrorKind::Rejected, format!("memcache answered {r:?}")),
+    }
+}
+
+/// A stored value as the original reads it: a signed 32-bit decimal;
+/// anything else counts 0 (and is logged).
+fn count_of(key: &str, value: &[u8]) -> u64 {
+    match std::str::from_utf8(value)
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+    {
+        Some(n) => u64::try_from(n).unwrap_or(0),
+        None => {
+            tracing::error!("memcache value of {key} is not a number: {value:?}");
+            0
+        }
+    }
+}
+
+#[async_trait]
+impl Store for MemcacheStore {
+    async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
+        match work {
+            Work::Count { items, .. } => self.count(items, deadline).await,
+            Work::Check { items, .. } => Reply::failed(
+                items.len(),
+                &StoreError::new(
+                    StoreErrorKind::Rejected,
+                    "the memcache backend counts the original's fixed windows only; the opt-in algorithms, ALL_OR_NOTHING, shards and leases need BACKEND_TYPE=redis or memory",
+                ),
+            ),
+        }
+    }
+
+    fn node_of(&self, key: &str, _one_second: bool) -> Option<NodeId> {
+        Some(self.servers[self.server_of(key)].node.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_read_as_the_original_reads_them() {
+        assert_eq!(count_of("k", b"12"), 12);
+        assert_eq!(count_of("k", b"-3"), 0);
+        assert_eq!(count_of("k", b"x"), 0);
+        assert_eq!(count_of("k", b"99999999999"), 0, "not a 32-bit value");
+    }
+
+    #[test]
+    fn keys_spread_by_crc32_as_the_original_client() {
+        let store = MemcacheStore::new(&MemcacheOptions {
+            servers: vec![
+                "127.0.0.1:1".into(),
+                "127.0.0.1:2".into(),
+                "127.0.0.1:3".into(),
+            ],
+            max_idle: 2,
+            tls: None,
+        })
+        .expect("store");
+        // Go: crc32.ChecksumIEEE([]byte("domain_key_value_1700000000")) % 3.
+        let key = "domain_key_value_1700000000";
+        assert_eq!(
+            store.server_of(key),
+            (crc32fast::hash(key.as_bytes()) % 3) as usize
+        );
+        assert_eq!(
+            crc32fast::hash(b"123456789"),
+            0xCBF4_3926,
+            "the IEEE polynomial"
+        );
+    }
+}
