@@ -16,6 +16,7 @@ use ratelimit::config::xds::resource::proto::{
 };
 use ratelimit::config::xds::resource::TYPE_URL;
 use support::certs::{ca, leaf, tls_client};
+use support::otlp::OtlpReceiver;
 use support::redis::{has_setpriv, RedisServer};
 use support::xds::{AdsServer, AdsTls};
 use support::*;
@@ -328,6 +329,7 @@ async fn starts_and_serves_with_the_environment_envoy_gateway_sets() {
     ads.publish("1", &[config("default/policy", "gateway", "k", 1)])
         .await;
     let redis = RedisServer::start();
+    let otlp = OtlpReceiver::start().await;
     let prom = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
     let prom_port = prom.local_addr().expect("addr").port();
     drop(prom);
@@ -360,6 +362,18 @@ async fn starts_and_serves_with_the_environment_envoy_gateway_sets() {
         (
             "PROMETHEUS_MAPPER_YAML",
             "/etc/statsd-exporter/conf.yaml".into(),
+        ),
+        ("TRACING_ENABLED", "true".into()),
+        ("TRACING_SERVICE_NAME", "envoy-ratelimit".into()),
+        ("TRACING_SERVICE_NAMESPACE", "envoy-gateway-system".into()),
+        (
+            "TRACING_SERVICE_INSTANCE_ID",
+            "envoy-ratelimit-6c9f8b7d5-x2x4q".into(),
+        ),
+        ("TRACING_SAMPLING_RATE", "1".into()),
+        (
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            format!("http://{}/v1/traces", otlp.http),
         ),
     ]
     .into_iter()
@@ -394,6 +408,16 @@ async fn starts_and_serves_with_the_environment_envoy_gateway_sets() {
     let metrics = http_get(prom_port, "/metrics");
     assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
     assert!(metrics.contains("total_hits"), "{metrics}");
+    let span = otlp.wait_for("ShouldRateLimit Execution", WAIT).await;
+    let log: Vec<String> = svc.log.try_iter().collect();
+    let span = span.unwrap_or_else(|| {
+        panic!(
+            "no span at the collector ({:?}); the log:\n{}",
+            otlp.spans(),
+            log.join("\n")
+        )
+    });
+    assert_eq!(span.service_name, "envoy-ratelimit");
 }
 
 fn unsafe_is_root() -> bool {

@@ -42,3 +42,4 @@ pub mod resilience;
 pub mod service;
 pub mod settings;
 pub mod store;
+pub mod telemetry;

@@ -13,8 +13,16 @@ use tracing_subscriber::registry::LookupSpan;
 
 use crate::settings::{LogFormat, LogLevel};
 
-/// Installs the global subscriber. Call once, first thing in `main`.
-pub fn init(level: LogLevel, format: LogFormat) {
+/// Installs the global subscriber: the logs, and with `spans` the export of
+/// the trace spans (see [`crate::telemetry`]). Call once, early in `main`.
+pub fn init(
+    level: LogLevel,
+    format: LogFormat,
+    spans: Option<&opentelemetry_sdk::trace::SdkTracerProvider>,
+) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
     let max = match level {
         LogLevel::Trace => Level::TRACE,
         LogLevel::Debug => Level::DEBUG,
@@ -22,13 +30,25 @@ pub fn init(level: LogLevel, format: LogFormat) {
         LogLevel::Warn => Level::WARN,
         _ => Level::ERROR,
     };
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(max)
+    // The logs leave the trace spans to the exporter.
+    let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .event_format(LogrusFormat {
             json: format == LogFormat::Json,
         })
-        .try_init();
+        .with_filter(
+            tracing_subscriber::filter::Targets::new()
+                .with_default(max)
+                .with_target(
+                    crate::telemetry::SPAN_TARGET,
+                    tracing::level_filters::LevelFilter::OFF,
+                ),
+        );
+    let registry = tracing_subscriber::registry().with(logs);
+    let _ = match spans {
+        Some(p) => registry.with(crate::telemetry::layer(p)).try_init(),
+        None => registry.try_init(),
+    };
 }
 
 /// The logrus-compatible event format.

@@ -18,14 +18,6 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    ratelimit::logging::init(settings.log.level, settings.log.format);
-    let inactive = settings.accepted_but_inactive(&Env);
-    if !inactive.is_empty() {
-        tracing::warn!(
-            "these settings are accepted but not acted on by this version: {}",
-            inactive.join(", ")
-        );
-    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -36,6 +28,26 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // Built on the runtime: the gRPC exporter's channel lives there.
+    let spans = if settings.tracing.enabled {
+        match runtime.block_on(async { ratelimit::telemetry::provider(&settings.tracing) }) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("ratelimit: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        None
+    };
+    ratelimit::logging::init(settings.log.level, settings.log.format, spans.as_ref());
+    let inactive = settings.accepted_but_inactive(&Env);
+    if !inactive.is_empty() {
+        tracing::warn!(
+            "these settings are accepted but not acted on by this version: {}",
+            inactive.join(", ")
+        );
+    }
     let result = runtime.block_on(async move {
         let metrics = ratelimit::metrics::install(app::metrics_options(&settings)?)
             .map_err(|e| app::AppError::Unsupported(e.to_string()))?;
@@ -70,6 +82,10 @@ fn main() -> ExitCode {
         metrics.flush_and_stop().await;
         result
     });
+    if let Some(p) = spans {
+        // The last spans, without holding the exit on a dead collector.
+        let _ = p.shutdown_with_timeout(std::time::Duration::from_secs(2));
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -6,6 +6,7 @@ pub mod accuracy;
 pub mod certs;
 pub mod dns;
 pub mod memcached;
+pub mod otlp;
 pub mod redis;
 pub mod xds;
 

@@ -1498,10 +1498,10 @@ mod tests {
     #[test]
     fn inactive_list_names_set_accepted_variables_in_table_order() {
         let source = src(&[
-            ("MEMCACHE_HOST_PORT", "localhost:11211"),
+            ("REDIS_PIPELINE_LIMIT", "8"),
             ("LOG_LEVEL", "debug"),
             ("PORT", "9090"),
-            ("TRACING_ENABLED", "false"),
+            ("REDIS_PERSECOND_PIPELINE_WINDOW", "150us"),
             ("CACHE_KEY_PREFIX", ""),
             ("RUNTIME_ROOT", "/data"),
             ("NOT_A_SETTING", "1"),
@@ -1509,7 +1509,7 @@ mod tests {
         let settings = Settings::from_source(&source).expect("valid");
         assert_eq!(
             settings.accepted_but_inactive(&source),
-            ["MEMCACHE_HOST_PORT", "TRACING_ENABLED"]
+            ["REDIS_PIPELINE_LIMIT", "REDIS_PERSECOND_PIPELINE_WINDOW"]
         );
         assert!(Settings::default()
             .accepted_but_inactive(&MapSource::new())

@@ -476,17 +476,17 @@ vars! {
     /// Allow several files for one domain (config document).
     ENV_MERGE_DOMAIN_CONFIG = "MERGE_DOMAIN_CONFIG", Bool, "false", Active;
     /// OpenTelemetry tracing.
-    ENV_TRACING_ENABLED = "TRACING_ENABLED", Bool, "false", Accepted;
+    ENV_TRACING_ENABLED = "TRACING_ENABLED", Bool, "false", Active;
     /// `service.name`.
-    ENV_TRACING_SERVICE_NAME = "TRACING_SERVICE_NAME", String, "RateLimit", Accepted;
+    ENV_TRACING_SERVICE_NAME = "TRACING_SERVICE_NAME", String, "RateLimit", Active;
     /// `service.namespace`.
-    ENV_TRACING_SERVICE_NAMESPACE = "TRACING_SERVICE_NAMESPACE", String, "", Accepted;
+    ENV_TRACING_SERVICE_NAMESPACE = "TRACING_SERVICE_NAMESPACE", String, "", Active;
     /// `service.instance.id` (random UUID if empty).
-    ENV_TRACING_SERVICE_INSTANCE_ID = "TRACING_SERVICE_INSTANCE_ID", String, "", Accepted;
+    ENV_TRACING_SERVICE_INSTANCE_ID = "TRACING_SERVICE_INSTANCE_ID", String, "", Active;
     /// `http` or `grpc`.
-    ENV_TRACING_EXPORTER_PROTOCOL = "TRACING_EXPORTER_PROTOCOL", String, "http", Accepted;
+    ENV_TRACING_EXPORTER_PROTOCOL = "TRACING_EXPORTER_PROTOCOL", String, "http", Active;
     /// Trace-id ratio sampling.
-    ENV_TRACING_SAMPLING_RATE = "TRACING_SAMPLING_RATE", Float, "1", Accepted;
+    ENV_TRACING_SAMPLING_RATE = "TRACING_SAMPLING_RATE", Float, "1", Active;
 }
 
 #[cfg(test)]
@@ -529,92 +529,23 @@ mod tests {
 
     #[test]
     fn active_variables_are_the_ones_acted_on() {
-        let active: Vec<&str> = VARS
+        // Every variable is acted on but the Redis pipelining knobs: this
+        // store sends at most one script per node per decision and
+        // coalesces concurrent ones, which takes their place.
+        let accepted: Vec<&str> = VARS
             .iter()
-            .filter(|v| v.support == Support::Active)
+            .filter(|v| v.support != Support::Active)
             .map(|v| v.name)
             .collect();
         assert_eq!(
-            active,
+            accepted,
             [
-                ENV_HOST,
-                ENV_PORT,
-                ENV_DEBUG_HOST,
-                ENV_DEBUG_PORT,
-                ENV_GRPC_UDS,
-                ENV_GRPC_HOST,
-                ENV_GRPC_PORT,
-                ENV_GRPC_MAX_CONNECTION_AGE,
-                ENV_GRPC_MAX_CONNECTION_AGE_GRACE,
-                ENV_GRPC_SERVER_USE_TLS,
-                ENV_GRPC_SERVER_TLS_CERT,
-                ENV_GRPC_SERVER_TLS_KEY,
-                ENV_GRPC_CLIENT_TLS_CACERT,
-                ENV_GRPC_CLIENT_TLS_SAN,
-                ENV_LOG_LEVEL,
-                ENV_LOG_FORMAT,
-                ENV_CONFIG_TYPE,
-                ENV_FORCE_START_WITHOUT_INITIAL_CONFIG,
-                ENV_USE_DOG_STATSD,
-                ENV_USE_DOG_STATSD_MOGRIFIERS,
-                ENV_USE_STATSD,
-                ENV_STATSD_HOST,
-                ENV_STATSD_PORT,
-                ENV_EXTRA_TAGS,
-                ENV_STATS_FLUSH_INTERVAL,
-                ENV_DISABLE_STATS,
-                ENV_USE_PROMETHEUS,
-                ENV_PROMETHEUS_ADDR,
-                ENV_PROMETHEUS_PATH,
-                ENV_PROMETHEUS_MAPPER_YAML,
-                ENV_PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS,
-                ENV_RUNTIME_ROOT,
-                ENV_RUNTIME_SUBDIRECTORY,
-                ENV_RUNTIME_APPDIRECTORY,
-                ENV_RUNTIME_IGNOREDOTFILES,
-                ENV_RUNTIME_WATCH_ROOT,
-                ENV_EXPIRATION_JITTER_MAX_SECONDS,
-                ENV_LOCAL_CACHE_SIZE_IN_BYTES,
-                ENV_NEAR_LIMIT_RATIO,
-                ENV_CACHE_KEY_PREFIX,
-                ENV_BACKEND_TYPE,
-                ENV_STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT,
-                ENV_LIMIT_RESPONSE_HEADERS_ENABLED,
-                ENV_LIMIT_LIMIT_HEADER,
-                ENV_LIMIT_REMAINING_HEADER,
-                ENV_LIMIT_RESET_HEADER,
-                ENV_HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED,
-                ENV_REDIS_SOCKET_TYPE,
-                ENV_REDIS_TYPE,
-                ENV_REDIS_URL,
-                ENV_REDIS_POOL_SIZE,
-                ENV_REDIS_AUTH,
-                ENV_REDIS_TLS,
-                ENV_REDIS_TLS_CLIENT_CERT,
-                ENV_REDIS_TLS_CLIENT_KEY,
-                ENV_REDIS_TLS_CACERT,
-                ENV_REDIS_TLS_SKIP_HOSTNAME_VERIFICATION,
-                ENV_REDIS_PERSECOND,
-                ENV_REDIS_PERSECOND_SOCKET_TYPE,
-                ENV_REDIS_PERSECOND_TYPE,
-                ENV_REDIS_PERSECOND_URL,
-                ENV_REDIS_PERSECOND_POOL_SIZE,
-                ENV_REDIS_PERSECOND_AUTH,
-                ENV_REDIS_PERSECOND_TLS,
-                ENV_REDIS_SENTINEL_AUTH,
-                ENV_REDIS_PERSECOND_SENTINEL_AUTH,
-                ENV_REDIS_HEALTH_CHECK_ACTIVE_CONNECTION,
-                ENV_REDIS_TIMEOUT,
-                ENV_REDIS_PERSECOND_TIMEOUT,
-                ENV_REDIS_POOL_ON_EMPTY_BEHAVIOR,
-                ENV_REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR,
-                ENV_REDIS_STARTUP_INITIAL_INTERVAL,
-                ENV_REDIS_STARTUP_MAX_INTERVAL,
-                ENV_REDIS_STARTUP_MAX_ELAPSED_TIME,
-                ENV_SHADOW_MODE,
-                ENV_QUOTA_MODE,
-                ENV_RESPONSE_DYNAMIC_METADATA,
-                ENV_MERGE_DOMAIN_CONFIG,
+                ENV_REDIS_PIPELINE_WINDOW,
+                ENV_REDIS_PIPELINE_LIMIT,
+                ENV_REDIS_CLUSTER_PIPELINE_PARALLELISM,
+                ENV_REDIS_PERSECOND_PIPELINE_WINDOW,
+                ENV_REDIS_PERSECOND_PIPELINE_LIMIT,
+                ENV_REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM,
             ]
         );
     }

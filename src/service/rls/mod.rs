@@ -54,9 +54,18 @@ impl UnaryService<pb::RateLimitRequest> for ShouldRateLimit {
         let engine = Arc::clone(&self.0);
         Box::pin(async move {
             let request = RateLimitRequest::from(request.into_inner());
-            engine
-                .should_rate_limit(&request)
-                .await
+            let decided = engine.should_rate_limit(&request);
+            let decided = if crate::telemetry::enabled() {
+                use tracing::Instrument;
+                let span = tracing::info_span!(
+                    target: crate::telemetry::SPAN_TARGET,
+                    "ShouldRateLimit Execution"
+                );
+                decided.instrument(span).await
+            } else {
+                decided.await
+            };
+            decided
                 .map(|r| tonic::Response::new(r.into()))
                 .map_err(|e| to_status(&e))
         })
@@ -94,7 +103,9 @@ where
         }
         let method = ShouldRateLimit(Arc::clone(&self.engine));
         let max = self.max_decoding_message_size;
-        Box::pin(async move {
+        let span = crate::telemetry::enabled()
+            .then(|| crate::telemetry::server_span(&SHOULD_RATE_LIMIT_PATH[1..], req.headers()));
+        let call = async move {
             let mut grpc = Grpc::new(codec::RlsCodec::default())
                 .apply_max_message_size_config(Some(max), None);
             let mut response = grpc.unary(method, req).await;
@@ -113,6 +124,10 @@ where
                 );
             }
             Ok(response)
-        })
+        };
+        match span {
+            Some(span) => Box::pin(tracing::Instrument::instrument(call, span)),
+            None => Box::pin(call),
+        }
     }
 }

@@ -406,6 +406,15 @@ fn count_of(key: &str, value: &[u8]) -> u64 {
 impl Store for MemcacheStore {
     async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
         match work {
+            Work::Count { items, .. } if crate::telemetry::enabled() => {
+                use tracing::Instrument;
+                let span = tracing::info_span!(
+                    target: crate::telemetry::SPAN_TARGET,
+                    "Memcached Fetch Execution",
+                    "keysToGet length" = items.len(),
+                );
+                self.count(items, deadline).instrument(span).await
+            }
             Work::Count { items, .. } => self.count(items, deadline).await,
             Work::Check { items, .. } => Reply::failed(
                 items.len(),

@@ -519,6 +519,32 @@ impl RedisStore {
 #[async_trait]
 impl Store for RedisStore {
     async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
+        if crate::telemetry::enabled() {
+            use tracing::Instrument;
+            let span = tracing::info_span!(
+                target: crate::telemetry::SPAN_TARGET,
+                "Redis Pipeline Execution",
+                "pipeline length" = work.len(),
+            );
+            return self.run(work, deadline).instrument(span).await;
+        }
+        self.run(work, deadline).await
+    }
+
+    fn node_of(&self, key: &str, one_second: bool) -> Option<NodeId> {
+        let per_second = self.per_second.is_some() && one_second;
+        let backend = &self.node(per_second).backend;
+        if backend.clustered {
+            self.primary_of(fred::util::redis_keyslot(key.as_bytes()))
+        } else {
+            Some(backend.name.clone())
+        }
+    }
+}
+
+impl RedisStore {
+    /// [`Store::execute`] without its span.
+    async fn run(&self, work: &Work, deadline: Option<Instant>) -> Reply {
         let reply = match work {
             Work::Count { items, policy } => Reply {
                 answers: self
@@ -541,15 +567,5 @@ impl Store for RedisStore {
             self.resync_soon();
         }
         reply
-    }
-
-    fn node_of(&self, key: &str, one_second: bool) -> Option<NodeId> {
-        let per_second = self.per_second.is_some() && one_second;
-        let backend = &self.node(per_second).backend;
-        if backend.clustered {
-            self.primary_of(fred::util::redis_keyslot(key.as_bytes()))
-        } else {
-            Some(backend.name.clone())
-        }
     }
 }

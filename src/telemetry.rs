@@ -1,0 +1,180 @@
+//! OTLP tracing (`TRACING_ENABLED=true`), as the original exports it:
+//! - OTLP over HTTP (protobuf) or gRPC per `TRACING_EXPORTER_PROTOCOL`;
+//!   endpoint, headers and TLS from the standard `OTEL_EXPORTER_OTLP_*`
+//!   variables, which the exporter reads itself;
+//! - resource `service.name` = `TRACING_SERVICE_NAME`, `service.namespace`,
+//!   `service.instance.id` (a random UUID v4 when empty);
+//! - parent-based sampling at `TRACING_SAMPLING_RATE` (≥ 1 always, ≤ 0
+//!   never); W3C trace-context and baggage propagation from the request's
+//!   headers;
+//! - spans: the gRPC server span (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`),
+//!   `ShouldRateLimit Execution`, and the store's (`Redis Pipeline
+//!   Execution`, `Memcached Fetch Execution`).
+//!
+//! Spans are `tracing` spans of target [`SPAN_TARGET`], turned into
+//! OpenTelemetry spans by `tracing-opentelemetry`; with tracing off they
+//! are not even created ([`enabled`]). Export runs on the SDK's batch
+//! thread with a bounded queue: when the collector is down, spans are
+//! dropped there and the request path never waits.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use opentelemetry::propagation::{Extractor, TextMapCompositePropagator};
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::KeyValue;
+use opentelemetry_otlp::{SpanExporter, WithExportConfig};
+use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use opentelemetry_sdk::Resource;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use crate::settings::{TracingProtocol, TracingSettings};
+
+/// The target of the spans that are exported.
+pub const SPAN_TARGET: &str = "ratelimit::trace";
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether spans are exported: only then are they created.
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Why tracing could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("tracing: {0}")]
+pub struct TelemetryError(String);
+
+/// The tracer provider for `settings`. Call inside the tokio runtime (the
+/// gRPC exporter's channel lives on it).
+pub fn provider(settings: &TracingSettings) -> Result<SdkTracerProvider, TelemetryError> {
+    let exporter = match settings.exporter_protocol {
+        TracingProtocol::Http => SpanExporter::builder()
+            .with_http()
+            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+            .build(),
+        TracingProtocol::Grpc => SpanExporter::builder().with_tonic().build(),
+    }
+    .map_err(|e| TelemetryError(e.to_string()))?;
+    let instance = if settings.service_instance_id.is_empty() {
+        uuid_v4()
+    } else {
+        settings.service_instance_id.clone()
+    };
+    let mut attributes = vec![KeyValue::new("service.instance.id", instance)];
+    if !settings.service_namespace.is_empty() {
+        attributes.push(KeyValue::new(
+            "service.namespace",
+            settings.service_namespace.clone(),
+        ));
+    }
+    let resource = Resource::builder()
+        .with_service_name(settings.service_name.clone())
+        .with_attributes(attributes)
+        .build();
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_sampler(sampler(settings.sampling_rate))
+        .with_resource(resource)
+        .build();
+    opentelemetry::global::set_text_map_propagator(TextMapCompositePropagator::new(vec![
+        Box::new(TraceContextPropagator::new()),
+        Box::new(BaggagePropagator::new()),
+    ]));
+    ENABLED.store(true, Ordering::Relaxed);
+    Ok(provider)
+}
+
+/// Parent-based, at `rate` of the traces that start here.
+fn sampler(rate: f64) -> Sampler {
+    let root = if rate >= 1.0 {
+        Sampler::AlwaysOn
+    } else if rate <= 0.0 {
+        Sampler::AlwaysOff
+    } else {
+        Sampler::TraceIdRatioBased(rate)
+    };
+    Sampler::ParentBased(Box::new(root))
+}
+
+/// The `tracing` layer that exports [`SPAN_TARGET`] spans through `provider`.
+pub fn layer<S>(provider: &SdkTracerProvider) -> impl tracing_subscriber::Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    use tracing_subscriber::Layer;
+    let tracer = provider.tracer("ratelimit");
+    tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_filter(
+            tracing_subscriber::filter::Targets::new()
+                .with_target(SPAN_TARGET, tracing::Level::TRACE),
+        )
+}
+
+struct Headers<'a>(&'a tonic::codegen::http::HeaderMap);
+
+impl Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(|k| k.as_str()).collect()
+    }
+}
+
+/// The gRPC server span of `method`, a child of the trace the request's
+/// headers carry (if any).
+pub fn server_span(
+    method: &'static str,
+    headers: &tonic::codegen::http::HeaderMap,
+) -> tracing::Span {
+    let span = tracing::info_span!(
+        target: SPAN_TARGET,
+        "grpc.server",
+        otel.name = method,
+        otel.kind = "server",
+        rpc.system = "grpc",
+    );
+    let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(&Headers(headers)));
+    let _ = span.set_parent(parent);
+    span
+}
+
+/// A random UUID v4, as the original's default instance id.
+fn uuid_v4() -> String {
+    let mut b: [u8; 16] = rand::random();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instance_ids_are_uuid_v4() {
+        let id = uuid_v4();
+        assert_eq!(id.len(), 36);
+        assert_eq!(&id[14..15], "4");
+        assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"));
+        assert_ne!(uuid_v4(), id);
+    }
+
+    #[test]
+    fn the_sampling_rate_is_clamped_as_the_original() {
+        assert!(format!("{:?}", sampler(1.5)).contains("AlwaysOn"));
+        assert!(format!("{:?}", sampler(0.0)).contains("AlwaysOff"));
+        assert!(format!("{:?}", sampler(0.25)).contains("0.25"));
+    }
+}
