@@ -305,8 +305,8 @@ async fn finish_servers(servers: [(&'static str, ServerTask); 3], deadline: Dura
 
 /// Starts the configuration provider and, unless
 /// `FORCE_START_WITHOUT_INITIAL_CONFIG`, waits for its first load; `None` if a
-/// shutdown signal came first. Returns the watcher and the task that follows
-/// its reloads into statistics and health.
+/// shutdown signal came first. Returns the source (file watcher or xDS
+/// stream) and the task that follows its loads into statistics and health.
 async fn start_config(
     settings: &Settings,
     live: &LiveConfig,

@@ -1,6 +1,6 @@
 //! The live configuration: the one slot every provider publishes into (the
-//! file watcher today, the xDS provider next) and the engine, health and
-//! the debug page read.
+//! file watcher, the xDS provider) and the engine, health and the debug
+//! page read.
 
 use std::sync::Arc;
 
