@@ -214,20 +214,9 @@ fn both_server_settings_or_a_bad_srv_name_stop_start_up() {
             "not of the form _service._proto.name",
         ),
     ] {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit"))
-            .env_clear()
-            .env("BACKEND_TYPE", "memcache")
-            .env("USE_STATSD", "false")
-            .env("RUNTIME_ROOT", dir.path())
-            .env("PORT", "0")
-            .env("GRPC_PORT", "0")
-            .env("DEBUG_PORT", "0")
-            .envs(env)
-            .output()
-            .expect("runs");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{err}");
+        let mut all = vec![("BACKEND_TYPE", "memcache")];
+        all.extend(env);
+        let err = refused_start(&[], &all);
         assert!(err.contains(said), "{err}");
     }
 }

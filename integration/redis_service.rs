@@ -512,25 +512,7 @@ async fn exact_admission_cluster() {
 
 /// Runs the binary expecting it to refuse to start; its stderr.
 fn refused(env: &[(&str, &str)]) -> String {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = support::config_dir(dir.path());
-    std::fs::create_dir_all(&cfg).expect("config dir");
-    std::fs::write(cfg.join("rules.yaml"), RULES).expect("rules");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit"))
-        .env_clear()
-        .env("USE_STATSD", "false")
-        .env("RUNTIME_ROOT", dir.path().join("current"))
-        .env("RUNTIME_SUBDIRECTORY", "ratelimit")
-        .env("PORT", "0")
-        .env("GRPC_PORT", "0")
-        .env("DEBUG_PORT", "0")
-        .envs(env.iter().copied())
-        .output()
-        .expect("binary runs");
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(!err.contains("panicked"), "{err}");
-    err
+    refused_start(&[("rules.yaml", RULES)], env)
 }
 
 #[test]

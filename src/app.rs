@@ -609,6 +609,30 @@ struct BuiltStore {
     _wrapped: Option<resilience::Wrapped>,
 }
 
+impl BuiltStore {
+    /// `store` in the resilience layers; `leased`: whether `/hotkeys` and
+    /// shutdown see its lease layer.
+    fn wrapped(
+        store: impl Store + 'static,
+        settings: &Settings,
+        clock: &Arc<dyn Clock>,
+        leased: bool,
+    ) -> BuiltStore {
+        let wrapped = resilience::wrap(
+            store,
+            resilience_options(settings),
+            settings.hot_keys.lease,
+            Arc::clone(clock),
+        );
+        BuiltStore {
+            store: Arc::clone(&wrapped.store),
+            leases: leased.then(|| Arc::clone(&wrapped.leases)),
+            _sweeper: None,
+            _wrapped: Some(wrapped),
+        }
+    }
+}
+
 async fn build_store(
     settings: &Settings,
     clock: &Arc<dyn Clock>,
@@ -673,18 +697,7 @@ async fn build_store(
                     handle.spawn(async move { health.set(Component::Backend, up).await });
                 }));
             }
-            let wrapped = resilience::wrap(
-                store,
-                resilience_options(settings),
-                settings.hot_keys.lease,
-                Arc::clone(clock),
-            );
-            BuiltStore {
-                store: Arc::clone(&wrapped.store),
-                leases: Some(Arc::clone(&wrapped.leases)),
-                _sweeper: None,
-                _wrapped: Some(wrapped),
-            }
+            BuiltStore::wrapped(store, settings, clock, true)
         }
         BackendType::Memcache => {
             let m = &settings.memcache;
@@ -707,18 +720,8 @@ async fn build_store(
                     .then(|| crate::store::tls::ClientTls::from_settings(&m.tls)),
             };
             let store = MemcacheStore::new(&options).map_err(|e| AppError::Store(e.message))?;
-            let wrapped = resilience::wrap(
-                store,
-                resilience_options(settings),
-                settings.hot_keys.lease,
-                Arc::clone(clock),
-            );
-            BuiltStore {
-                store: Arc::clone(&wrapped.store),
-                leases: None,
-                _sweeper: None,
-                _wrapped: Some(wrapped),
-            }
+            // Memcache has no atomic take: nothing is leased.
+            BuiltStore::wrapped(store, settings, clock, false)
         }
     };
     Ok(Some(built))

@@ -309,6 +309,32 @@ pub async fn call(
     client.should_rate_limit(req).await.map(|r| r.into_inner())
 }
 
+/// Runs the binary with `files` in its config directory and `env`,
+/// expecting it to refuse to start (exit 1, no panic); its stderr.
+pub fn refused_start(files: &[(&str, &str)], env: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = config_dir(dir.path());
+    std::fs::create_dir_all(&cfg).expect("config dir");
+    for (name, text) in files {
+        std::fs::write(cfg.join(name), text).expect("config file");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_ratelimit"))
+        .env_clear()
+        .env("USE_STATSD", "false")
+        .env("RUNTIME_ROOT", dir.path().join("current"))
+        .env("RUNTIME_SUBDIRECTORY", "ratelimit")
+        .env("PORT", "0")
+        .env("GRPC_PORT", "0")
+        .env("DEBUG_PORT", "0")
+        .envs(env.iter().copied())
+        .output()
+        .expect("binary runs");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
 /// Waits until fewer than `margin` seconds remain to the next multiple of
 /// `unit` would be crossed, so a short scenario stays in one window.
 pub fn wait_for_fresh_window(unit: u64, margin: u64) {

@@ -536,8 +536,9 @@ async fn run(options: Options) -> Result<RateLimitResponse, RunError> {
     } else {
         None
     };
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    let uri: Uri = format!("{scheme}://{authority}")
+    // The connector below does TLS itself; the scheme is only the
+    // request's `:scheme` (tonic refuses `https` without its own TLS).
+    let uri: Uri = format!("http://{authority}")
         .parse()
         .map_err(|e| RunError::Setup(format!("bad dial string: {e}")))?;
     let connector = tower::service_fn(move |_: Uri| {
