@@ -199,6 +199,45 @@ async fn memcache_srv_finds_the_servers_through_dns() {
     assert!(dns.queries() >= 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_over_tls() {
+    wait_for_fresh_window(3600, 20);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let authority = support::certs::ca("memcache ca");
+    let (cert, key) = support::certs::leaf(&authority, &["localhost"]);
+    let path = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).expect("pem");
+        p.display().to_string()
+    };
+    let (cert, key, ca) = (
+        path("tls.crt", &cert),
+        path("tls.key", &key),
+        path("ca.crt", &authority.cert_pem),
+    );
+    let mc = Memcached::start_tls(&cert, &key);
+    let svc = start(
+        &format!("localhost:{}", mc.port),
+        &[("MEMCACHE_TLS", "true"), ("MEMCACHE_TLS_CACERT", &ca)],
+    );
+    let mut codes = Vec::new();
+    for _ in 0..4 {
+        codes.push(code(&svc, "hour", "tls").await.expect("answer").0);
+        // The increments are not awaited: let each land first.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(codes, [OK, OK, OK, OVER], "counted through TLS");
+    // Without trusting the CA the handshake fails: the rule's mode answers.
+    let untrusting = start(
+        &format!("localhost:{}", mc.port),
+        &[("MEMCACHE_TLS", "true")],
+    );
+    let e = code(&untrusting, "hour", "tls")
+        .await
+        .expect_err("no trust");
+    assert_eq!(e.code(), tonic::Code::Unknown, "{e:?}");
+}
+
 #[test]
 fn both_server_settings_or_a_bad_srv_name_stop_start_up() {
     for (env, said) in [

@@ -15,6 +15,18 @@ pub struct Memcached {
 impl Memcached {
     /// Starts memcached on a free port and waits until it answers.
     pub fn start() -> Memcached {
+        Memcached::start_with(&[])
+    }
+
+    /// [`Memcached::start`] with TLS only (`-Z`): `cert` and `key` are PEM
+    /// files. Readiness is then checked by a TCP connect.
+    pub fn start_tls(cert: &str, key: &str) -> Memcached {
+        let opts = format!("ssl_chain_cert={cert},ssl_key={key}");
+        Memcached::start_with(&["-Z", "-o", &opts])
+    }
+
+    fn start_with(extra: &[&str]) -> Memcached {
+        let tls = extra.contains(&"-Z");
         for _ in 0..5 {
             let port = super::redis::free_port();
             let mut cmd = Command::new("memcached");
@@ -28,6 +40,7 @@ impl Memcached {
                 "-m",
                 "16",
             ]);
+            cmd.args(extra);
             if running_as_root() {
                 cmd.args(["-u", "root"]);
             }
@@ -42,7 +55,12 @@ impl Memcached {
             };
             let deadline = Instant::now() + Duration::from_secs(5);
             while Instant::now() < deadline {
-                if m.version() {
+                let up = if tls {
+                    TcpStream::connect(("127.0.0.1", port)).is_ok()
+                } else {
+                    m.version()
+                };
+                if up {
                     return m;
                 }
                 std::thread::sleep(Duration::from_millis(25));
