@@ -121,6 +121,31 @@ async fn exports_spans_over_http_and_grpc() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_b3_trace_is_continued_too() {
+    let receiver = OtlpReceiver::start().await;
+    let endpoint = format!("http://{}/v1/traces", receiver.http);
+    let svc = start(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &endpoint)]);
+    let mut c = svc.client().await;
+    let mut req = tonic::Request::new(request("tr", vec![desc(&[("k", "v")])]));
+    req.metadata_mut().insert(
+        "b3",
+        format!("{TRACE_ID}-00f067aa0ba902b7-1")
+            .parse()
+            .expect("header"),
+    );
+    c.should_rate_limit(req).await.expect("answered");
+    let server = receiver
+        .wait_for(
+            "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+            WAIT,
+        )
+        .await
+        .expect("the server span");
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    assert_eq!(hex(&server.trace_id), TRACE_ID);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_collector_does_not_slow_the_requests() {
     // A port nobody listens on.
     let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("port");

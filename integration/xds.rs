@@ -211,6 +211,37 @@ async fn reconnects_after_the_server_restarts() {
     assert_eq!(code(&svc, "new", "k").await.expect("answer"), OK);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_above_the_max_message_size_is_not_taken() {
+    let ads = AdsServer::start(None).await;
+    let many: Vec<RateLimitConfig> = (0..50)
+        .map(|i| config(&format!("r{i}"), &format!("d{i}"), "k", 1))
+        .collect();
+    ads.publish("big", &many).await;
+    let mut env = xds_env(&ads);
+    env.extend([
+        ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES".into(), "200".into()),
+        ("FORCE_START_WITHOUT_INITIAL_CONFIG".into(), "true".into()),
+    ]);
+    let svc = start(&env);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        ads.requests().iter().all(|r| r.version_info.is_empty()),
+        "never ACKed"
+    );
+    let err = code(&svc, "d0", "k").await.expect_err("no config");
+    assert!(
+        err.message().contains("no rate limit configuration loaded"),
+        "{err:?}"
+    );
+    // Within the size, the same server's config loads.
+    ads.publish("small", &[config("r", "d0", "k", 1)]).await;
+    ads.wait_for(WAIT, |r| r.version_info == "small")
+        .await
+        .expect("ACK");
+    assert_eq!(code(&svc, "d0", "k").await.expect("answer"), OK);
+}
+
 /// PEM files in a directory any user can read (the service may run as
 /// 65534).
 struct Certs {

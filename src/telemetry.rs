@@ -5,8 +5,8 @@
 //! - resource `service.name` = `TRACING_SERVICE_NAME`, `service.namespace`,
 //!   `service.instance.id` (a random UUID v4 when empty);
 //! - parent-based sampling at `TRACING_SAMPLING_RATE` (≥ 1 always, ≤ 0
-//!   never); W3C trace-context and baggage propagation from the request's
-//!   headers;
+//!   never); W3C trace-context, B3 (single and multiple headers) and
+//!   baggage propagation from the request's headers;
 //! - spans: the gRPC server span (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`),
 //!   `ShouldRateLimit Execution`, and the store's (`Redis Pipeline
 //!   Execution`, `Memcached Fetch Execution`).
@@ -79,10 +79,90 @@ pub fn provider(settings: &TracingSettings) -> Result<SdkTracerProvider, Telemet
         .build();
     opentelemetry::global::set_text_map_propagator(TextMapCompositePropagator::new(vec![
         Box::new(TraceContextPropagator::new()),
+        Box::new(B3),
         Box::new(BaggagePropagator::new()),
     ]));
     ENABLED.store(true, Ordering::Relaxed);
     Ok(provider)
+}
+
+/// B3, extraction only (the service starts no outgoing calls): the
+/// single `b3` header (`{trace}-{span}[-{sampled}[-{parent}]]`) or the
+/// `X-B3-TraceId` / `X-B3-SpanId` / `X-B3-Sampled` / `X-B3-Flags` headers.
+/// A 64-bit trace id is widened with zeros on the left, as B3 specifies.
+/// (The OpenTelemetry B3 propagator ships only in the deprecated Zipkin
+/// exporter crate.)
+#[derive(Debug)]
+struct B3;
+
+impl B3 {
+    fn span_context(extractor: &dyn Extractor) -> Option<opentelemetry::trace::SpanContext> {
+        use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
+        let (trace, span, sampled) = match extractor.get("b3") {
+            Some(single) => {
+                let mut parts = single.split('-');
+                let trace = parts.next()?.to_string();
+                let span = parts.next()?.to_string();
+                (trace, span, parts.next().map(str::to_string))
+            }
+            None => (
+                extractor.get("x-b3-traceid")?.to_string(),
+                extractor.get("x-b3-spanid")?.to_string(),
+                match extractor.get("x-b3-flags") {
+                    Some("1") => Some("d".to_string()),
+                    _ => extractor.get("x-b3-sampled").map(str::to_string),
+                },
+            ),
+        };
+        if !(trace.len() == 16 || trace.len() == 32) || span.len() != 16 {
+            return None;
+        }
+        let trace_id = TraceId::from_hex(&format!("{trace:0>32}")).ok()?;
+        let span_id = SpanId::from_hex(&span).ok()?;
+        let flags = match sampled.as_deref() {
+            Some("1" | "d" | "true") => TraceFlags::SAMPLED,
+            _ => TraceFlags::default(),
+        };
+        let cx = SpanContext::new(trace_id, span_id, flags, true, TraceState::default());
+        cx.is_valid().then_some(cx)
+    }
+}
+
+impl opentelemetry::propagation::TextMapPropagator for B3 {
+    fn inject_context(
+        &self,
+        _cx: &opentelemetry::Context,
+        _injector: &mut dyn opentelemetry::propagation::Injector,
+    ) {
+    }
+
+    fn extract_with_context(
+        &self,
+        cx: &opentelemetry::Context,
+        extractor: &dyn Extractor,
+    ) -> opentelemetry::Context {
+        use opentelemetry::trace::TraceContextExt;
+        match B3::span_context(extractor) {
+            Some(span) => cx.with_remote_span_context(span),
+            None => cx.clone(),
+        }
+    }
+
+    fn fields(&self) -> opentelemetry::propagation::text_map_propagator::FieldIter<'_> {
+        static FIELDS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+        let fields = FIELDS.get_or_init(|| {
+            [
+                "b3",
+                "x-b3-traceid",
+                "x-b3-spanid",
+                "x-b3-sampled",
+                "x-b3-flags",
+            ]
+            .map(String::from)
+            .to_vec()
+        });
+        opentelemetry::propagation::text_map_propagator::FieldIter::new(fields)
+    }
 }
 
 /// Parent-based, at `rate` of the traces that start here.
@@ -169,6 +249,45 @@ mod tests {
         assert_eq!(&id[14..15], "4");
         assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"));
         assert_ne!(uuid_v4(), id);
+    }
+
+    #[test]
+    fn b3_headers_in_both_encodings() {
+        struct Map(Vec<(&'static str, &'static str)>);
+        impl Extractor for Map {
+            fn get(&self, key: &str) -> Option<&str> {
+                self.0.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+            }
+            fn keys(&self) -> Vec<&str> {
+                self.0.iter().map(|(k, _)| *k).collect()
+            }
+        }
+        let single = Map(vec![(
+            "b3",
+            "80f198ee56343ba864fe8b2a57d3eff7-e457b5a2e4d86bd1-1",
+        )]);
+        let cx = B3::span_context(&single).expect("single header");
+        assert_eq!(
+            cx.trace_id().to_string(),
+            "80f198ee56343ba864fe8b2a57d3eff7"
+        );
+        assert!(cx.is_sampled() && cx.is_remote());
+        let multi = Map(vec![
+            ("x-b3-traceid", "64fe8b2a57d3eff7"),
+            ("x-b3-spanid", "e457b5a2e4d86bd1"),
+            ("x-b3-sampled", "0"),
+        ]);
+        let cx = B3::span_context(&multi).expect("multiple headers");
+        assert_eq!(
+            cx.trace_id().to_string(),
+            "000000000000000064fe8b2a57d3eff7"
+        );
+        assert!(!cx.is_sampled());
+        assert!(
+            B3::span_context(&Map(vec![("b3", "0")])).is_none(),
+            "deny-only is no context"
+        );
+        assert!(B3::span_context(&Map(vec![("b3", "xyz-abc")])).is_none());
     }
 
     #[test]
