@@ -102,6 +102,10 @@ impl RedisOptions {
     }
 
     fn pool(&self) -> Result<Pool, StoreError> {
+        self.pool_of(self.pool_size)
+    }
+
+    fn pool_of(&self, size: usize) -> Result<Pool, StoreError> {
         let perf = PerformanceConfig {
             default_command_timeout: self.timeout,
             ..PerformanceConfig::default()
@@ -123,9 +127,22 @@ impl RedisOptions {
             Some(perf),
             Some(conn),
             Some(policy),
-            self.pool_size,
+            size,
         )
         .map_err(|e| super::store_error(&e))
+    }
+}
+
+/// A one-connection pool for topology reads, if it connects (without it the
+/// decision clients refresh the topology themselves).
+async fn discovery_pool(options: &RedisOptions) -> Option<Pool> {
+    let pool = options.pool_of(1).ok()?;
+    match pool.init().await {
+        Ok(_) => Some(pool),
+        Err(e) => {
+            tracing::warn!(error = %e, "no separate cluster topology client; topology refreshes share the decision clients");
+            None
+        }
     }
 }
 
@@ -191,7 +208,13 @@ async fn connect_one(options: &RedisOptions, retry: StartupRetry) -> Result<Back
         match attempt.await {
             Ok(()) => {
                 let clustered = matches!(options.target, Target::Cluster { .. });
+                let discovery = if clustered {
+                    discovery_pool(options).await
+                } else {
+                    None
+                };
                 return Ok(Backend {
+                    discovery,
                     pool,
                     clustered,
                     name: NodeId::new(&options.display),

@@ -61,6 +61,10 @@ struct Backend {
     script: Script,
     /// The opt-in algorithms ([`algorithms`]).
     algorithms: Script,
+    /// On a cluster, a one-connection client that only reads the topology:
+    /// a refresh that asks a hung primary stalls this client, not the ones
+    /// that carry decisions (fred's routing waits for its refresh).
+    discovery: Option<Pool>,
 }
 
 /// A deployment and its two scripts' lanes (see [`coalesce`]): coalesced
@@ -434,7 +438,28 @@ impl RedisStore {
         }
         self.routes.write().read_at = None;
         let pool = self.main.backend.pool.clone();
+        let discovery = self.main.backend.discovery.clone();
         tokio::spawn(async move {
+            // The decision clients are refreshed only when the topology
+            // has changed (a failover), so that a primary that merely
+            // hangs never stalls the healthy primaries' traffic.
+            if let Some(d) = discovery {
+                if let Err(e) = d.next().sync_cluster().await {
+                    tracing::debug!(error = %e, "cluster topology read failed; retried on the next failure");
+                    return;
+                }
+                let primaries = |c: &fred::clients::Client| {
+                    c.cached_cluster_state().map(|s| {
+                        s.slots()
+                            .iter()
+                            .map(|r| (r.start, r.end, r.primary.clone()))
+                            .collect::<Vec<_>>()
+                    })
+                };
+                if primaries(d.next()) == primaries(pool.next()) {
+                    return;
+                }
+            }
             for client in pool.clients() {
                 if let Err(e) = client.sync_cluster().await {
                     tracing::debug!(error = %e, "cluster topology refresh failed; retried on the next failure");
