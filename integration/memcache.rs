@@ -53,15 +53,8 @@ fn window(unit: u64) -> u64 {
 }
 
 /// Polls until `f` holds (the increments are not awaited by the answer).
-fn eventually(mut f: impl FnMut() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while std::time::Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
+fn eventually(f: impl FnMut() -> bool) -> bool {
+    eventually_within(Duration::from_secs(5), f)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,6 +183,7 @@ async fn memcache_srv_finds_the_servers_through_dns() {
         &[
             ("BACKEND_TYPE", "memcache"),
             ("MEMCACHE_SRV", "_memcache._tcp.rl.test"),
+            ("MEMCACHE_SRV_REFRESH", "200ms"),
             ("EXPIRATION_JITTER_MAX_SECONDS", "0"),
         ],
     );
@@ -197,6 +191,31 @@ async fn memcache_srv_finds_the_servers_through_dns() {
     let key = format!("mc_hour_srv_{}", window(3600));
     assert!(eventually(|| mc.get(&key).as_deref() == Some("1")));
     assert!(dns.queries() >= 1);
+
+    // The record now names another server: MEMCACHE_SRV_REFRESH follows it.
+    let moved = Memcached::start();
+    dns.set_targets(&[("localhost.", moved.port)]);
+    let key = format!("mc_hour_moved_{}", window(3600));
+    let mut on_new = false;
+    for _ in 0..50 {
+        code(&svc, "hour", "moved").await.expect("answer");
+        if eventually_within(Duration::from_millis(100), || moved.get(&key).is_some()) {
+            on_new = true;
+            break;
+        }
+    }
+    assert!(on_new, "counted on the server the refreshed record names");
+}
+
+fn eventually_within(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -607,6 +607,8 @@ struct BuiltStore {
     leases: Option<Arc<crate::hotkeys::Leases<Arc<dyn Store>>>>,
     _sweeper: Option<SweeperGuard>,
     _wrapped: Option<resilience::Wrapped>,
+    /// `MEMCACHE_SRV_REFRESH`'s task.
+    _refresh: Option<crate::store::memcache::srv::RefreshGuard>,
 }
 
 impl BuiltStore {
@@ -629,6 +631,7 @@ impl BuiltStore {
             leases: leased.then(|| Arc::clone(&wrapped.leases)),
             _sweeper: None,
             _wrapped: Some(wrapped),
+            _refresh: None,
         }
     }
 }
@@ -648,6 +651,7 @@ async fn build_store(
                 leases: None,
                 _sweeper: Some(sweeper),
                 _wrapped: None,
+                _refresh: None,
             }
         }
         BackendType::Redis => {
@@ -720,8 +724,17 @@ async fn build_store(
                     .then(|| crate::store::tls::ClientTls::from_settings(&m.tls)),
             };
             let store = MemcacheStore::new(&options).map_err(|e| AppError::Store(e.message))?;
+            let refresh = (!m.srv.is_empty() && !m.srv_refresh.is_zero()).then(|| {
+                crate::store::memcache::srv::spawn_refresh(
+                    store.clone(),
+                    m.srv.clone(),
+                    m.srv_refresh,
+                )
+            });
             // Memcache has no atomic take: nothing is leased.
-            BuiltStore::wrapped(store, settings, clock, false)
+            let mut built = BuiltStore::wrapped(store, settings, clock, false);
+            built._refresh = refresh;
+            built
         }
     };
     Ok(Some(built))

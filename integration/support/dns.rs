@@ -15,6 +15,7 @@ use hickory_resolver::proto::rr::{Name, RData, Record, RecordType};
 /// The running server; stops when dropped.
 pub struct SrvServer {
     ip: Ipv4Addr,
+    targets: Arc<std::sync::Mutex<Vec<(Name, u16)>>>,
     queries: Arc<AtomicUsize>,
     stop: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -33,10 +34,8 @@ impl SrvServer {
             .set_read_timeout(Some(Duration::from_millis(100)))
             .expect("timeout");
         let name = Name::from_str(name).expect("name");
-        let targets: Vec<(Name, u16)> = targets
-            .iter()
-            .map(|(h, p)| (Name::from_str(h).expect("target"), *p))
-            .collect();
+        let targets = Arc::new(std::sync::Mutex::new(names(targets)));
+        let answers = Arc::clone(&targets);
         let queries = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (q, s) = (Arc::clone(&queries), Arc::clone(&stop));
@@ -63,7 +62,8 @@ impl SrvServer {
                     Some(asked)
                         if asked.name() == &name && asked.query_type() == RecordType::SRV =>
                     {
-                        for (target, port) in &targets {
+                        let now = answers.lock().map(|t| t.clone()).unwrap_or_default();
+                        for (target, port) in &now {
                             reply.add_answer(Record::from_rdata(
                                 name.clone(),
                                 60,
@@ -78,7 +78,19 @@ impl SrvServer {
                 }
             }
         });
-        SrvServer { ip, queries, stop }
+        SrvServer {
+            ip,
+            targets,
+            queries,
+            stop,
+        }
+    }
+
+    /// Answers with `targets` from now on.
+    pub fn set_targets(&self, targets: &[(&str, u16)]) {
+        if let Ok(mut t) = self.targets.lock() {
+            *t = names(targets);
+        }
     }
 
     /// Its address.
@@ -90,6 +102,13 @@ impl SrvServer {
     pub fn queries(&self) -> usize {
         self.queries.load(Ordering::Relaxed)
     }
+}
+
+fn names(targets: &[(&str, u16)]) -> Vec<(Name, u16)> {
+    targets
+        .iter()
+        .map(|(h, p)| (Name::from_str(h).expect("target"), *p))
+        .collect()
 }
 
 impl Drop for SrvServer {

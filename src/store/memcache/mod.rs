@@ -183,7 +183,51 @@ impl Server {
 /// The memcache store.
 #[derive(Debug, Clone)]
 pub struct MemcacheStore {
-    servers: Arc<Vec<Server>>,
+    /// The servers now; replaced whole when `MEMCACHE_SRV` resolves to
+    /// another list (a request uses the list it started with).
+    servers: Arc<arc_swap::ArcSwap<Vec<Arc<Server>>>>,
+    make: Arc<ServerFactory>,
+}
+
+/// What a new [`Server`] needs.
+struct ServerFactory {
+    tls: Option<tokio_rustls::TlsConnector>,
+    max_idle: usize,
+}
+
+impl std::fmt::Debug for ServerFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerFactory")
+            .field("tls", &self.tls.is_some())
+            .field("max_idle", &self.max_idle)
+            .finish()
+    }
+}
+
+impl ServerFactory {
+    fn server(&self, addr: &str) -> Result<Server, StoreError> {
+        let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+        let tls = match &self.tls {
+            Some(c) => {
+                let name =
+                    rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| {
+                        StoreError::new(
+                            StoreErrorKind::Rejected,
+                            format!("memcache TLS server name {host}: {e}"),
+                        )
+                    })?;
+                Some((c.clone(), name))
+            }
+            None => None,
+        };
+        Ok(Server {
+            addr: addr.to_string(),
+            node: NodeId::new(addr),
+            idle: parking_lot::Mutex::new(Vec::new()),
+            max_idle: self.max_idle,
+            tls,
+        })
+    }
 }
 
 impl MemcacheStore {
@@ -202,50 +246,62 @@ impl MemcacheStore {
             ))),
             None => None,
         };
+        let make = ServerFactory {
+            tls,
+            max_idle: options.max_idle.max(1),
+        };
         let servers = options
             .servers
             .iter()
-            .map(|addr| {
-                let host = addr.rsplit_once(':').map_or(addr.as_str(), |(h, _)| h);
-                let tls = match &tls {
-                    Some(c) => {
-                        let name = rustls::pki_types::ServerName::try_from(host.to_string())
-                            .map_err(|e| {
-                                StoreError::new(
-                                    StoreErrorKind::Rejected,
-                                    format!("memcache TLS server name {host}: {e}"),
-                                )
-                            })?;
-                        Some((c.clone(), name))
-                    }
-                    None => None,
-                };
-                Ok(Server {
-                    addr: addr.clone(),
-                    node: NodeId::new(addr),
-                    idle: parking_lot::Mutex::new(Vec::new()),
-                    max_idle: options.max_idle.max(1),
-                    tls,
-                })
-            })
+            .map(|addr| make.server(addr).map(Arc::new))
             .collect::<Result<Vec<_>, StoreError>>()?;
         Ok(MemcacheStore {
-            servers: Arc::new(servers),
+            servers: Arc::new(arc_swap::ArcSwap::from_pointee(servers)),
+            make: Arc::new(make),
         })
     }
 
-    /// The server of `key`: `CRC32(key) mod n`, as the original's client.
-    fn server_of(&self, key: &str) -> usize {
-        (crc32fast::hash(key.as_bytes()) as usize) % self.servers.len()
+    /// The servers' addresses now, in order.
+    pub fn servers(&self) -> Vec<String> {
+        self.servers.load().iter().map(|s| s.addr.clone()).collect()
+    }
+
+    /// Uses `addrs` from now on (an SRV refresh); servers that stay keep
+    /// their idle connections. Keys map by `CRC32 mod n` over the new list,
+    /// as the original's client remaps on a membership change.
+    pub fn set_servers(&self, addrs: &[String]) -> Result<(), StoreError> {
+        if addrs.is_empty() {
+            return Err(StoreError::new(
+                StoreErrorKind::Rejected,
+                "an empty memcache server list is not taken",
+            ));
+        }
+        let now = self.servers.load_full();
+        let next = addrs
+            .iter()
+            .map(|a| match now.iter().find(|s| &s.addr == a) {
+                Some(kept) => Ok(Arc::clone(kept)),
+                None => self.make.server(a).map(Arc::new),
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.servers.store(Arc::new(next));
+        Ok(())
+    }
+
+    /// The server of `key` in `servers`: `CRC32(key) mod n`, as the
+    /// original's client.
+    fn server_of(servers: &[Arc<Server>], key: &str) -> usize {
+        (crc32fast::hash(key.as_bytes()) as usize) % servers.len().max(1)
     }
 
     /// The original windows: read, then increment in the background.
     async fn count(&self, items: &[Increment], deadline: Option<Instant>) -> Reply {
+        let servers = self.servers.load_full();
         let mut answers: Vec<Result<Answer, StoreError>> = Vec::with_capacity(items.len());
-        let mut by_server: Vec<Vec<usize>> = vec![Vec::new(); self.servers.len()];
+        let mut by_server: Vec<Vec<usize>> = vec![Vec::new(); servers.len()];
         for (i, inc) in items.iter().enumerate() {
             if protocol::valid_key(&inc.key) {
-                by_server[self.server_of(&inc.key)].push(i);
+                by_server[MemcacheStore::server_of(&servers, &inc.key)].push(i);
                 answers.push(Ok(Answer::Count(0)));
             } else {
                 answers.push(Err(StoreError::new(
@@ -261,9 +317,10 @@ impl MemcacheStore {
             .map(|(s, positions)| {
                 let keys: Vec<&str> = positions.iter().map(|&i| items[i].key.as_str()).collect();
                 let command = protocol::get(&keys);
+                let server = Arc::clone(&servers[s]);
                 async move {
                     ::metrics::counter!(stat::KEYS_REQUESTED).increment(keys.len() as u64);
-                    (s, self.servers[s].command(&command, true, deadline).await)
+                    (s, server.command(&command, true, deadline).await)
                 }
             });
         let mut answered = Vec::new();
@@ -291,7 +348,7 @@ impl MemcacheStore {
                             format!("memcache get answered {r:?}"),
                         ),
                     };
-                    tracing::error!("memcache get from {}: {e}", self.servers[s].addr);
+                    tracing::error!("memcache get from {}: {e}", servers[s].addr);
                     for &i in positions {
                         answers[i] = Err(e.clone());
                     }
@@ -299,13 +356,13 @@ impl MemcacheStore {
             }
         }
         // Increments after the answer, not awaited (as the original).
-        let increments: Vec<(usize, String, u64, u64)> = answered
+        let increments: Vec<(Arc<Server>, String, u64, u64)> = answered
             .into_iter()
             .filter(|&i| items[i].hits > 0)
             .map(|i| {
                 let inc = &items[i];
                 (
-                    self.server_of(&inc.key),
+                    Arc::clone(&servers[MemcacheStore::server_of(&servers, &inc.key)]),
                     inc.key.clone(),
                     inc.hits,
                     inc.ttl_seconds,
@@ -313,29 +370,28 @@ impl MemcacheStore {
             })
             .collect();
         if !increments.is_empty() {
-            let store = self.clone();
-            tokio::spawn(async move { store.increment_all(increments).await });
+            tokio::spawn(increment_all(increments));
         }
         Reply {
             answers,
             committed: true,
         }
     }
+}
 
-    async fn increment_all(&self, increments: Vec<(usize, String, u64, u64)>) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let all = increments.iter().map(|(s, key, hits, ttl)| {
-            let server = &self.servers[*s];
-            async move {
-                if let Err(e) = increment(server, key, *hits, protocol::exptime(*ttl, now)).await {
-                    tracing::error!("memcache increment of {key} on {}: {e}", server.addr);
-                }
+/// The increments of one request, concurrently; failures are logged.
+async fn increment_all(increments: Vec<(Arc<Server>, String, u64, u64)>) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let all = increments
+        .iter()
+        .map(|(server, key, hits, ttl)| async move {
+            if let Err(e) = increment(server, key, *hits, protocol::exptime(*ttl, now)).await {
+                tracing::error!("memcache increment of {key} on {}: {e}", server.addr);
             }
         });
-        futures::future::join_all(all).await;
-    }
+    futures::future::join_all(all).await;
 }
 
 /// `incr`; when missing `add`; when another added it first, `incr` again.
@@ -427,7 +483,10 @@ impl Store for MemcacheStore {
     }
 
     fn node_of(&self, key: &str, _one_second: bool) -> Option<NodeId> {
-        Some(self.servers[self.server_of(key)].node.clone())
+        let servers = self.servers.load();
+        servers
+            .get(MemcacheStore::server_of(&servers, key))
+            .map(|s| s.node.clone())
     }
 }
 
@@ -458,7 +517,7 @@ mod tests {
         // Go: crc32.ChecksumIEEE([]byte("domain_key_value_1700000000")) % 3.
         let key = "domain_key_value_1700000000";
         assert_eq!(
-            store.server_of(key),
+            MemcacheStore::server_of(&store.servers.load(), key),
             (crc32fast::hash(key.as_bytes()) % 3) as usize
         );
         assert_eq!(
@@ -466,5 +525,29 @@ mod tests {
             0xCBF4_3926,
             "the IEEE polynomial"
         );
+    }
+
+    #[test]
+    fn a_new_server_list_keeps_the_servers_that_stay() {
+        let store = MemcacheStore::new(&MemcacheOptions {
+            servers: vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()],
+            max_idle: 2,
+            tls: None,
+        })
+        .expect("store");
+        let kept = Arc::clone(&store.servers.load()[1]);
+        store
+            .set_servers(&["127.0.0.1:2".into(), "127.0.0.1:3".into()])
+            .expect("taken");
+        assert_eq!(store.servers(), ["127.0.0.1:2", "127.0.0.1:3"]);
+        assert!(
+            Arc::ptr_eq(&kept, &store.servers.load()[0]),
+            "its idle connections stay"
+        );
+        assert!(
+            store.set_servers(&[]).is_err(),
+            "an empty list is not taken"
+        );
+        assert_eq!(store.servers().len(), 2);
     }
 }

@@ -54,6 +54,44 @@ pub async fn resolve(name: &str) -> Result<Vec<String>, StoreError> {
     Ok(found)
 }
 
+/// Re-resolves `name` every `every` (`MEMCACHE_SRV_REFRESH`) and gives
+/// `store` the new list when it changed; a failed lookup is logged and the
+/// list kept. Stops when the guard drops.
+pub fn spawn_refresh(
+    store: super::MemcacheStore,
+    name: String,
+    every: std::time::Duration,
+) -> RefreshGuard {
+    RefreshGuard(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            match resolve(&name).await {
+                Ok(found) if found != store.servers() => match store.set_servers(&found) {
+                    Ok(()) => {
+                        tracing::warn!(servers = ?found, "MEMCACHE_SRV {name}: new server list")
+                    }
+                    Err(e) => tracing::error!("MEMCACHE_SRV {name}: {e}"),
+                },
+                Ok(_) => {}
+                Err(e) => tracing::error!("{e}; keeping the servers"),
+            }
+        }
+    }))
+}
+
+/// Stops the refresh task when dropped.
+#[derive(Debug)]
+pub struct RefreshGuard(tokio::task::JoinHandle<()>);
+
+impl Drop for RefreshGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
