@@ -34,6 +34,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 100}
   - key: bucket
     rate_limit: {unit: minute, requests_per_unit: 60, algorithm: token_bucket, failure_mode: open}
+  - key: leased
+    rate_limit: {unit: hour, requests_per_unit: 100000, lease: true, failure_mode: open, fallback_requests_per_unit: 5}
 ";
 
 /// What a call during a fault may take at most: far below the 10 s
@@ -486,4 +488,43 @@ async fn a_mixed_request_waits_one_deadline_for_both_its_store_calls() {
         took < Duration::from_millis(1_800),
         "one shared deadline: {took:?}"
     );
+}
+
+/// A leased hot key during an outage: the instance spends what it holds,
+/// with no store call, and then the rule's failure mode (here the floor of
+/// 5) answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_is_spent_during_an_outage_then_the_floor_answers() {
+    let redis = RedisServer::start();
+    let addr = redis.addr();
+    let mut env = redis_env(&addr);
+    // Hot from 10 decisions a second; leases that outlive the test.
+    env.extend([
+        ("LEASE_MIN_RATE", "10"),
+        ("LEASE_DURATION", "1s"),
+        ("LEASE_TTL", "600s"),
+    ]);
+    let svc = Service::start(&[("rules.yaml", RULES)], &env);
+    let mut t = Timed::new(svc).await;
+    for _ in 0..300 {
+        assert_eq!(code(&t.one("leased", "hot").await), OK);
+    }
+    let body = t.svc.debug("/hotkeys").body;
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let held = v["hot_keys"]
+        .as_array()
+        .and_then(|keys| keys.iter().find(|k| k["descriptor"][0]["key"] == "leased"))
+        .and_then(|k| k["leased_tokens"].as_u64())
+        .expect("the leased key is listed");
+    println!("held before the pause: {held} tokens");
+    assert!(held > 0, "a lease is out");
+
+    redis.pause();
+    let mut admitted = 0;
+    for _ in 0..held + 20 {
+        admitted += u64::from(code(&t.one("leased", "hot").await) == OK);
+    }
+    redis.resume();
+    println!("admitted during the pause: {admitted} (held {held} + floor 5)");
+    assert_eq!(admitted, held + 5, "the lease, then the floor");
 }
