@@ -121,6 +121,27 @@ async fn exports_spans_over_http_and_grpc() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_json_bridge_has_its_span() {
+    let receiver = OtlpReceiver::start().await;
+    let endpoint = format!("http://{}/v1/traces", receiver.http);
+    let svc = start(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &endpoint)]);
+    let body = br#"{"domain":"tr","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#;
+    assert_eq!(svc.http("POST", "/json", body).status, 200);
+    let span = receiver
+        .wait_for("NewJsonHandler Remaining Execution", WAIT)
+        .await
+        .expect("the /json span");
+    assert!(
+        span.attributes
+            .iter()
+            .any(|(k, v)| k == "response" && v == "Ok"),
+        "{:?}",
+        span.attributes
+    );
+    assert_eq!(span.service_name, "rl-under-test");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_b3_trace_is_continued_too() {
     let receiver = OtlpReceiver::start().await;
     let endpoint = format!("http://{}/v1/traces", receiver.http);

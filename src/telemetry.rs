@@ -8,8 +8,9 @@
 //!   never); W3C trace-context, B3 (single and multiple headers) and
 //!   baggage propagation from the request's headers;
 //! - spans: the gRPC server span (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`),
-//!   `ShouldRateLimit Execution`, and the store's (`Redis Pipeline
-//!   Execution`, `Memcached Fetch Execution`).
+//!   `ShouldRateLimit Execution`, the store's (`Redis Pipeline
+//!   Execution`, `Memcached Fetch Execution`) and `/json`'s
+//!   (`NewJsonHandler Remaining Execution`).
 //!
 //! Spans are `tracing` spans of target [`SPAN_TARGET`], turned into
 //! OpenTelemetry spans by `tracing-opentelemetry`; with tracing off they

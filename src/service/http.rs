@@ -80,17 +80,32 @@ async fn json_bridge(State(s): State<AppState>, req: Request) -> Response {
     let Ok(request) = json::parse_request(&body) else {
         return bad_request();
     };
-    let response =
-        match tokio::time::timeout(JSON_DEADLINE, s.engine.should_rate_limit(&request)).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                return match to_http_status(&e) {
-                    400 => bad_request(),
-                    _ => plain(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error\n"),
-                }
+    let decided = tokio::time::timeout(JSON_DEADLINE, s.engine.should_rate_limit(&request));
+    // The original's span for the /json decision, with the response.
+    let span = crate::telemetry::enabled().then(|| {
+        tracing::info_span!(
+            target: crate::telemetry::SPAN_TARGET,
+            "NewJsonHandler Remaining Execution",
+            response = tracing::field::Empty,
+        )
+    });
+    let decided = match &span {
+        Some(span) => tracing::Instrument::instrument(decided, span.clone()).await,
+        None => decided.await,
+    };
+    if let (Some(span), Ok(Ok(r))) = (&span, &decided) {
+        span.record("response", format!("{:?}", r.overall_code).as_str());
+    }
+    let response = match decided {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            return match to_http_status(&e) {
+                400 => bad_request(),
+                _ => plain(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error\n"),
             }
-            Err(_) => return bad_request(),
-        };
+        }
+        Err(_) => return bad_request(),
+    };
     let status = match response.overall_code {
         Code::Ok => StatusCode::OK,
         Code::OverLimit => StatusCode::TOO_MANY_REQUESTS,
