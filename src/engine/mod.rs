@@ -212,13 +212,6 @@ impl Engine {
         m: &MatchedLimit,
     ) {
         let pattern = m.share_threshold_key_pattern.as_deref();
-        let shown = |i: usize, value: &'_ str| -> String {
-            pattern
-                .and_then(|p| p.get(i))
-                .filter(|p| !p.is_empty())
-                .cloned()
-                .unwrap_or_else(|| value.to_string())
-        };
         let value_of = |i: usize| -> &str {
             match pattern.and_then(|p| p.get(i)).filter(|p| !p.is_empty()) {
                 Some(p) => p.as_str(),
@@ -260,7 +253,7 @@ impl Engine {
                     .entries
                     .iter()
                     .enumerate()
-                    .map(|(i, e)| (e.key.clone(), shown(i, &e.value)))
+                    .map(|(i, e)| (e.key.clone(), value_of(i).to_string()))
                     .collect(),
                 shards: rule
                     .limits
