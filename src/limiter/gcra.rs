@@ -186,6 +186,18 @@ impl Gcra {
         }
     }
 
+    /// `state` with `cost` tokens taken at `now` whatever the bucket holds:
+    /// an admission decided elsewhere, which the decision audit's reference
+    /// follows. TAT moves forward as an admission moves it, from `now` if
+    /// it had passed, so a bucket in debt stays in debt for as long as the
+    /// exact model says.
+    pub fn record(&self, state: Option<GcraState>, cost: u64, now: Duration) -> GcraState {
+        let tat = state.map_or(now, |s| s.tat).as_nanos().max(now.as_nanos());
+        GcraState {
+            tat: from_nanos(tat.saturating_add(self.span_ceil(cost))),
+        }
+    }
+
     /// `state` with `cost` tokens given back at `now` (tokens an admission
     /// took and nobody used): TAT moves back by exactly what admitting
     /// `cost` moved it forward, and no further than `now` (a full bucket).

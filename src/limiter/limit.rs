@@ -247,6 +247,61 @@ impl Limiter {
         }
     }
 
+    /// `state` with `cost` taken at `now` whatever the limit says (an
+    /// admission decided elsewhere): what the decision audit's exact
+    /// references ([`Limiter::reference_of`]) follow. A sliding log logs
+    /// it, a token bucket moves its TAT; the counters record it as an
+    /// admission would, and not at all when it would not fit.
+    pub fn record(&self, state: Option<LimiterState>, cost: u64, now: Duration) -> LimiterState {
+        match (self, state) {
+            (Limiter::SlidingLog(log), s) => {
+                let own = match s {
+                    Some(LimiterState::SlidingLog(s)) => Some(s),
+                    _ => None,
+                };
+                LimiterState::SlidingLog(log.record(own, cost, now))
+            }
+            (Limiter::TokenBucket(b), s) => {
+                let own = match s {
+                    Some(LimiterState::TokenBucket(s)) => Some(s),
+                    _ => None,
+                };
+                LimiterState::TokenBucket(b.record(own, cost, now))
+            }
+            (counter, s) => {
+                let before = s.clone();
+                match counter.decide(s, cost, now) {
+                    (d, next) if d.is_allowed() => next,
+                    (_, next) => before.unwrap_or(next),
+                }
+            }
+        }
+    }
+
+    /// What a sliding log's `state` holds in its window at `now` (the sum
+    /// of the costs logged in `(now − window, now]`); 0 for the others.
+    pub fn in_window(&self, state: Option<&LimiterState>, now: Duration) -> u64 {
+        match (self, state) {
+            (Limiter::SlidingLog(log), Some(LimiterState::SlidingLog(s))) => log.in_window(s, now),
+            _ => 0,
+        }
+    }
+
+    /// The exact reference of this limit's contract, for the decision
+    /// audit: for the window algorithms "at most `limit` admitted in any
+    /// trailing window of its period" (an uncapped [`SlidingLog`]); for a
+    /// token bucket the same bucket (GCRA is the exact model, to the
+    /// nanosecond).
+    pub fn reference_of(&self) -> Result<Limiter, InvalidLimit> {
+        match self {
+            Limiter::TokenBucket(b) => Ok(Limiter::TokenBucket(*b)),
+            other => Ok(Limiter::SlidingLog(SlidingLog::reference(
+                other.limit(),
+                other.period(),
+            )?)),
+        }
+    }
+
     /// The most one instant admits: the bucket's burst, else the limit.
     pub fn capacity(&self) -> u64 {
         match self {

@@ -87,9 +87,70 @@ impl SlidingLog {
         })
     }
 
+    /// An exact log of `limit` per `window` without the [`MAX_LOG_LIMIT`]
+    /// cap: the decision audit's reference of a window contract ("at most
+    /// `limit` admitted in any trailing `window`"), whose memory the audit
+    /// bounds itself (`DECISION_AUDIT_MAX_LIMIT`).
+    pub fn reference(limit: u64, window: Duration) -> Result<SlidingLog, InvalidLimit> {
+        Ok(SlidingLog {
+            per: PerWindow::new(limit, window)?,
+        })
+    }
+
     /// The limit and its window.
     pub fn rate(&self) -> PerWindow {
         self.per
+    }
+
+    /// `state` with `cost` logged at `now` whatever the limit says: an
+    /// admission decided elsewhere, which the decision audit's reference
+    /// follows (so its later decisions count what was really admitted, not
+    /// what it would have admitted). Pruned as [`SlidingLog::decide`] prunes;
+    /// the costs logged may then sum above the limit.
+    pub fn record(
+        &self,
+        state: Option<SlidingLogState>,
+        cost: u64,
+        now: Duration,
+    ) -> SlidingLogState {
+        let (mut state, at) = self.pruned(state, now);
+        if cost > 0 {
+            state.hits.push_back(Hit { at, cost });
+        }
+        state
+    }
+
+    /// The costs `state` holds in the window ending at `now` (or at its
+    /// high-water mark, if later).
+    pub fn in_window(&self, state: &SlidingLogState, now: Duration) -> u64 {
+        let (state, _) = self.pruned(Some(state.clone()), now);
+        state
+            .hits
+            .iter()
+            .fold(0, |sum, hit| sum.saturating_add(hit.cost))
+    }
+
+    /// `state` sorted, with what has left the window at the effective time
+    /// dropped and the high-water mark moved to it; and that time.
+    fn pruned(&self, state: Option<SlidingLogState>, now: Duration) -> (SlidingLogState, Duration) {
+        let w = u128::from(self.per.window_ns);
+        let mut state = state.unwrap_or_default();
+        if !is_sorted(&state.hits) {
+            state.hits.make_contiguous().sort_by_key(|hit| hit.at);
+        }
+        let newest = state.hits.back().map_or(Duration::ZERO, |hit| hit.at);
+        let at = now.max(state.latest).max(newest);
+        let at_ns = at.as_nanos();
+        // Keep the entries in (at − window, at].
+        while state
+            .hits
+            .front()
+            .is_some_and(|hit| hit.at.as_nanos() + w <= at_ns)
+        {
+            state.hits.pop_front();
+        }
+        state.latest = at;
+        (state, at)
     }
 
     /// Decides a request of `cost` at `now`; `state` is `None` for an absent
@@ -107,22 +168,8 @@ impl SlidingLog {
     ) -> (Decision, SlidingLogState) {
         let w = u128::from(self.per.window_ns);
         let now_ns = now.as_nanos();
-        let mut state = state.unwrap_or_default();
-        if !is_sorted(&state.hits) {
-            state.hits.make_contiguous().sort_by_key(|hit| hit.at);
-        }
-        let newest = state.hits.back().map_or(Duration::ZERO, |hit| hit.at);
-        let at = now.max(state.latest).max(newest);
+        let (mut state, at) = self.pruned(state, now);
         let at_ns = at.as_nanos();
-        // Keep the entries in (at − window, at].
-        while state
-            .hits
-            .front()
-            .is_some_and(|hit| hit.at.as_nanos() + w <= at_ns)
-        {
-            state.hits.pop_front();
-        }
-        state.latest = at;
         let used: u128 = state.hits.iter().map(|hit| u128::from(hit.cost)).sum();
         let limit = u128::from(self.per.limit);
         if cost > self.per.limit {
