@@ -45,6 +45,7 @@ fn main() {
                 ttl_seconds: 60,
                 limit: 1000,
                 on_failure: Default::default(),
+                reference: None,
             });
             if batch.len() == 1000 {
                 store

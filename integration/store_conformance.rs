@@ -32,6 +32,7 @@ fn inc(key: &str, hits: u64, limit: u64) -> Increment {
         ttl_seconds: 3600,
         limit,
         on_failure: Default::default(),
+        reference: None,
     }
 }
 

@@ -185,6 +185,11 @@ pub async fn run(
         leases: built.leases.as_ref().map(|l| l.table()),
         clock: Arc::clone(&clock),
     });
+    let audit =
+        crate::audit::Audit::new(settings.audit.sample, settings.audit.max_limit).map(Arc::new);
+    if let Some(audit) = &audit {
+        engine = engine.with_audit(Arc::clone(audit));
+    }
     if let Some(view) = &hot_keys {
         engine = engine.with_top_keys(Arc::clone(&view.top));
         let (view, k) = (view.clone(), settings.hot_keys.top_k);
@@ -235,6 +240,7 @@ pub async fn run(
                     Arc::new(move || metrics.render_stats())
                 },
                 hot_keys,
+                audit,
             ),
         )
         .with_graceful_shutdown(stopped(stop_rx.clone()))

@@ -30,6 +30,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod app;
+pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod engine;

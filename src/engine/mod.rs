@@ -11,6 +11,7 @@
 //! - [`types`]: request, response and errors.
 
 pub mod aggregate;
+mod audited;
 mod checked;
 pub mod dynamic_metadata;
 pub mod headers;
@@ -143,6 +144,8 @@ pub struct Engine {
     stats: Arc<Stats>,
     /// Hot-key detection (`HOT_KEYS_TOP_K` > 0).
     top_keys: Option<Arc<TopKeys>>,
+    /// The decision audit (`DECISION_AUDIT_SAMPLE` > 0).
+    audit: Option<Arc<crate::audit::Audit>>,
 }
 
 /// A request's descriptors matched to their rules.
@@ -189,7 +192,19 @@ impl Engine {
             local_cache,
             stats,
             top_keys: None,
+            audit: None,
         }
+    }
+
+    /// The engine auditing its decisions with `audit`.
+    pub fn with_audit(mut self, audit: Arc<crate::audit::Audit>) -> Engine {
+        self.audit = Some(audit);
+        self
+    }
+
+    /// The decision audit, if on.
+    pub fn audit(&self) -> Option<&Arc<crate::audit::Audit>> {
+        self.audit.as_ref()
     }
 
     /// The engine counting every matched descriptor in `top`.
@@ -385,11 +400,12 @@ impl Engine {
             .unzip();
         let pending = self.pending(request, original, now);
         let (checks, checked) = self.checks(request, to_check, &matched.quota, now);
+        let subjects = checks.len();
         let deadline = self
             .options
             .store_timeout
             .map(|t| tokio::time::Instant::now() + t);
-        let after = self.count(&pending, deadline).await?;
+        let after = self.count(request, &pending, deadline).await?;
 
         let mut statuses: Vec<DescriptorStatus> = matched
             .dispositions
@@ -419,11 +435,27 @@ impl Engine {
         } else {
             Commit::IfAllPass
         };
+        let mut checks = checks;
+        let audited = match &self.audit {
+            Some(audit) => audited::add_check_references(
+                audit,
+                &*self.store,
+                &self.options.cache_key_prefix,
+                request,
+                &mut checks,
+                &checked,
+            ),
+            None => Vec::new(),
+        };
         let work = Work::Check {
             items: checks,
             commit,
         };
-        let reply = self.store.execute(&work, deadline).await;
+        let mut reply = self.store.execute(&work, deadline).await;
+        if !audited.is_empty() {
+            audited::judge_checks(&audited, &reply.answers, reply.committed);
+            reply.answers.truncate(subjects);
+        }
         let answers = reply
             .answers
             .into_iter()
@@ -656,6 +688,7 @@ impl Engine {
     /// the increment, or its failure policy's (`None` for local-cache hits).
     async fn count(
         &self,
+        request: &RateLimitRequest,
         pending: &[Pending],
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Vec<Option<Answer>>, ServiceError> {
@@ -675,12 +708,21 @@ impl Engine {
                     &p.limit.rule.failure,
                     u64::from(p.limit.rule.requests_per_unit),
                 ),
+                reference: None,
             })
             .collect();
         let policy = if stop {
             IncrementPolicy::OnlyIfNoneWouldExceed
         } else {
             IncrementPolicy::Always
+        };
+        let (batch, audited) = match &self.audit {
+            Some(audit) if !self.options.shadow_mode => {
+                let counted: Vec<&Pending> = pending.iter().filter(|p| !p.cached_over).collect();
+                let prefix = &self.options.cache_key_prefix;
+                audited::add_count_references(audit, &*self.store, prefix, request, batch, &counted)
+            }
+            _ => (batch, Vec::new()),
         };
         let mut counted = if batch.is_empty() {
             Vec::new()
@@ -689,7 +731,10 @@ impl Engine {
                 items: batch,
                 policy,
             };
-            let reply = self.store.execute(&work, deadline).await;
+            let mut reply = self.store.execute(&work, deadline).await;
+            if let (false, Work::Count { items, .. }) = (audited.is_empty(), &work) {
+                reply.answers = audited::judge_counts(&audited, items, reply.answers);
+            }
             reply
                 .answers
                 .into_iter()

@@ -506,6 +506,10 @@ impl<S: Store + 'static> Store for Leases<S> {
     fn node_of(&self, key: &str, one_second: bool) -> Option<NodeId> {
         self.inner.node_of(key, one_second)
     }
+
+    fn reference_step(&self, subject: &str, reference: &str) -> crate::store::ReferenceStep {
+        self.inner.reference_step(subject, reference)
+    }
 }
 
 #[cfg(test)]

@@ -137,6 +137,39 @@ impl RuleStats {
     }
 }
 
+/// The decision audit's counters of one rule's stats key (ours; only
+/// registered for rules that are audited): `<key>.audit_decisions`
+/// (decisions compared with the contract), `<key>.audit_over` (admitted,
+/// the contract refuses), `<key>.audit_under` (refused, the contract
+/// admits), `<key>.audit_unverified` (audited decisions that could not be
+/// compared: answered by a failure policy, or the reference did not
+/// answer). Prometheus: `ratelimit_service_rate_limit_audit_over{domain,key1…}`.
+#[derive(Debug, Clone)]
+pub struct AuditStats {
+    /// `<key>.audit_decisions`.
+    pub decisions: Counter,
+    /// `<key>.audit_over`.
+    pub over: Counter,
+    /// `<key>.audit_under`.
+    pub under: Counter,
+    /// `<key>.audit_unverified`.
+    pub unverified: Counter,
+}
+
+impl AuditStats {
+    /// The counters of `stats_key`.
+    pub fn register(stats_key: &str) -> AuditStats {
+        let base = format!("{RATE_LIMIT_PREFIX}{}", sanitize(stats_key));
+        let c = |stat: &str| metrics::counter!(format!("{base}.{stat}"));
+        AuditStats {
+            decisions: c("audit_decisions"),
+            over: c("audit_over"),
+            under: c("audit_under"),
+            unverified: c("audit_unverified"),
+        }
+    }
+}
+
 /// The service's statistics. Cheap to share.
 #[derive(Debug)]
 pub struct Stats {

@@ -43,13 +43,19 @@ pub const DEFAULT_BUCKETS: [f64; 11] = [
 /// Prometheus name of the gRPC response-time histogram (default mapping).
 pub const RESPONSE_TIME_METRIC: &str = "ratelimit_service_response_time_seconds";
 
-/// The per-rule statistics the default mapping turns into labelled metrics.
-const RULE_STATS: [&str; 5] = [
+/// The per-rule statistics the default mapping turns into labelled metrics:
+/// the original's five, and ours of the decision audit (which the
+/// original never emits, so its mapping of its own names is unchanged).
+const RULE_STATS: [&str; 9] = [
     "near_limit",
     "over_limit",
     "total_hits",
     "within_limit",
     "shadow_mode",
+    "audit_decisions",
+    "audit_over",
+    "audit_under",
+    "audit_unverified",
 ];
 
 /// The kind of a statsd statistic, as `match_metric_type` distinguishes them.
@@ -782,6 +788,28 @@ mod tests {
                     ("key1", "key3_val3"),
                     ("key2", "key4_val4"),
                 ],
+            );
+        }
+    }
+
+    #[test]
+    fn the_audit_counters_are_labelled_like_the_rule_stats() {
+        for stat in [
+            "audit_decisions",
+            "audit_over",
+            "audit_under",
+            "audit_unverified",
+        ] {
+            let (name, labels) = map_statsd_name(&format!(
+                "ratelimit.service.rate_limit.api.tenant_big.{stat}"
+            ));
+            assert_eq!(name, format!("ratelimit_service_rate_limit_{stat}"));
+            assert_eq!(
+                labels,
+                vec![
+                    ("domain".to_string(), "api".to_string()),
+                    ("key1".to_string(), "tenant_big".to_string())
+                ]
             );
         }
     }

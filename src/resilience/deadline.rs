@@ -52,4 +52,8 @@ impl<S: Store> Store for Deadline<S> {
     fn node_of(&self, key: &str, one_second: bool) -> Option<NodeId> {
         self.inner.node_of(key, one_second)
     }
+
+    fn reference_step(&self, subject: &str, reference: &str) -> crate::store::ReferenceStep {
+        self.inner.reference_step(subject, reference)
+    }
 }

@@ -88,6 +88,8 @@ fn floor_check(work: &Work, i: usize, fallback: u64) -> Option<Check> {
                     ttl_seconds: *ttl_seconds,
                 },
                 CheckedLimit::Algorithm(l) => CheckedLimit::Algorithm(l.scaled_to(fallback).ok()?),
+                // An audit reference has no floor (and fails with `Error`).
+                CheckedLimit::Reference(_) => return None,
             };
             (&c.key, c.cost, limit)
         }
@@ -195,5 +197,9 @@ impl<S: Store> Store for Fallback<S> {
 
     fn node_of(&self, key: &str, one_second: bool) -> Option<NodeId> {
         self.inner.node_of(key, one_second)
+    }
+
+    fn reference_step(&self, subject: &str, reference: &str) -> crate::store::ReferenceStep {
+        self.inner.reference_step(subject, reference)
     }
 }

@@ -1,6 +1,6 @@
 //! The debug port (`DEBUG_HOST`:`DEBUG_PORT`): the original's `/rlconfig`
-//! and `/stats`, our `/hotkeys`; `/` and any unknown path list the
-//! endpoints.
+//! and `/stats`, our `/hotkeys` and `/audit`; `/` and any unknown path
+//! list the endpoints.
 
 use std::sync::Arc;
 
@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
 
+use crate::audit::Audit;
 use crate::config::LiveConfig;
 use crate::hotkeys::HotKeysView;
 
@@ -26,6 +27,10 @@ const ENDPOINTS: &[(&str, &str)] = &[
         "/hotkeys",
         "the busiest keys of this instance, by decisions per second (JSON)",
     ),
+    (
+        "/audit",
+        "the decision audit: per audited rule, decisions against its exact contract (JSON)",
+    ),
 ];
 
 #[derive(Clone)]
@@ -33,19 +38,27 @@ struct DebugState {
     config: LiveConfig,
     stats: StatsRenderer,
     hot_keys: Option<HotKeysView>,
+    audit: Option<Arc<Audit>>,
 }
 
 /// The router of the debug port.
-pub fn router(config: LiveConfig, stats: StatsRenderer, hot_keys: Option<HotKeysView>) -> Router {
+pub fn router(
+    config: LiveConfig,
+    stats: StatsRenderer,
+    hot_keys: Option<HotKeysView>,
+    audit: Option<Arc<Audit>>,
+) -> Router {
     Router::new()
         .route("/rlconfig", any(rlconfig))
         .route("/stats", any(stats_page))
         .route("/hotkeys", any(hot_keys_page))
+        .route("/audit", any(audit_page))
         .fallback(index)
         .with_state(DebugState {
             config,
             stats,
             hot_keys,
+            audit,
         })
 }
 
@@ -78,10 +91,22 @@ async fn stats_page(State(s): State<DebugState>) -> Response {
 /// `/hotkeys`: see [`HotKeysView::json`]; with `HOT_KEYS_TOP_K=0` an
 /// empty list.
 async fn hot_keys_page(State(s): State<DebugState>) -> Response {
-    let body = match &s.hot_keys {
+    json(match &s.hot_keys {
         Some(view) => view.json(),
         None => serde_json::json!({ "hot_keys": [] }),
-    };
+    })
+}
+
+/// `/audit`: see [`Audit::to_json`]; with `DECISION_AUDIT_SAMPLE=0` no
+/// rules.
+async fn audit_page(State(s): State<DebugState>) -> Response {
+    json(match &s.audit {
+        Some(audit) => audit.to_json(),
+        None => serde_json::json!({ "sample": 0.0, "rules": [] }),
+    })
+}
+
+fn json(body: serde_json::Value) -> Response {
     let mut r = (StatusCode::OK, body.to_string()).into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,

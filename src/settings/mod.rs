@@ -71,6 +71,17 @@ pub struct Settings {
     pub store_failure: StoreFailureSettings,
     /// Hot keys (`LEASE_*`, `HOT_KEYS_TOP_K`, ours).
     pub hot_keys: HotKeySettings,
+    /// The decision audit (`DECISION_AUDIT_*`, ours).
+    pub audit: AuditSettings,
+}
+
+/// The decision audit (ours).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AuditSettings {
+    /// `DECISION_AUDIT_SAMPLE`: the share of keys audited (0: off).
+    pub sample: f64,
+    /// `DECISION_AUDIT_MAX_LIMIT`: the largest window limit audited.
+    pub max_limit: u64,
 }
 
 /// Hot keys (ours): token leasing and detection.
@@ -885,6 +896,17 @@ impl Settings {
                     parse_count(s).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
                 }),
             },
+            audit: AuditSettings {
+                sample: r.get(ENV_DECISION_AUDIT_SAMPLE, |s| {
+                    let share = parse_f64(s)?;
+                    if (0.0..=1.0).contains(&share) {
+                        Ok(share)
+                    } else {
+                        Err(ParseError::ShareOutOfUnitRange)
+                    }
+                }),
+                max_limit: r.get(ENV_DECISION_AUDIT_MAX_LIMIT, parse_count),
+            },
         };
         (settings, r.invalid)
     }
@@ -1111,6 +1133,45 @@ mod tests {
             .iter()
             .map(|v| (v.name, v.error.clone()))
             .collect()
+    }
+
+    #[test]
+    fn the_decision_audit_is_off_by_default_and_takes_a_share_from_0_to_1() {
+        let s = Settings::default().audit;
+        assert_eq!(
+            s,
+            AuditSettings {
+                sample: 0.0,
+                max_limit: 10_000
+            }
+        );
+        let on = parse(&[
+            ("DECISION_AUDIT_SAMPLE", "0.01"),
+            ("DECISION_AUDIT_MAX_LIMIT", "500"),
+        ])
+        .expect("valid");
+        assert_eq!((on.audit.sample, on.audit.max_limit), (0.01, 500));
+        assert_eq!(
+            parse(&[("DECISION_AUDIT_SAMPLE", "1")])
+                .expect("valid")
+                .audit
+                .sample,
+            1.0
+        );
+        assert_eq!(
+            errors(&[("DECISION_AUDIT_SAMPLE", "1.5")]),
+            vec![("DECISION_AUDIT_SAMPLE", ParseError::ShareOutOfUnitRange)]
+        );
+        assert_eq!(
+            errors(&[("DECISION_AUDIT_MAX_LIMIT", "-1")]),
+            vec![(
+                "DECISION_AUDIT_MAX_LIMIT",
+                ParseError::OutOfRange {
+                    min: 0,
+                    max: i64::MAX
+                }
+            )]
+        );
     }
 
     #[test]

@@ -37,6 +37,9 @@ pub enum ParseError {
     /// A share that is not in (0, 1].
     #[error("must be a share greater than 0 and at most 1")]
     ShareOutOfRange,
+    /// A share that is not in [0, 1].
+    #[error("must be a share from 0 to 1")]
+    ShareOutOfUnitRange,
     /// Zero or negative where the setting needs a positive value.
     #[error("must be greater than zero")]
     NotPositive,

@@ -133,6 +133,15 @@ pub const ENV_LEASE_MAX_SHARE: &str = "LEASE_MAX_SHARE";
 /// gauges show; `0` turns detection off. Ours; default `16`.
 pub const ENV_HOT_KEYS_TOP_K: &str = "HOT_KEYS_TOP_K";
 
+/// The share of keys whose decisions the decision audit checks against
+/// their rule's exact contract, in [0, 1]; `0` turns it off. Ours;
+/// default `0`.
+pub const ENV_DECISION_AUDIT_SAMPLE: &str = "DECISION_AUDIT_SAMPLE";
+/// Window contracts above this many requests per window are not audited
+/// (their reference holds one entry per admitted request). Ours; default
+/// `10000`.
+pub const ENV_DECISION_AUDIT_MAX_LIMIT: &str = "DECISION_AUDIT_MAX_LIMIT";
+
 /// Variables this service adds to the original's. Each is opt-in: its
 /// default keeps an existing deployment's behaviour.
 pub static EXTENSIONS: &[VarSpec] = &[
@@ -230,6 +239,18 @@ pub static EXTENSIONS: &[VarSpec] = &[
         name: ENV_HOT_KEYS_TOP_K,
         kind: Kind::Int,
         default: "16",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_DECISION_AUDIT_SAMPLE,
+        kind: Kind::Float,
+        default: "0",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_DECISION_AUDIT_MAX_LIMIT,
+        kind: Kind::Int,
+        default: "10000",
         support: Support::Active,
     },
 ];

@@ -52,6 +52,23 @@ pub fn algorithm_key(
     key
 }
 
+/// The key of the decision audit's reference of one limit of a descriptor:
+/// [`algorithm_key`] with the suffix `audit:<suffix>`, one per descriptor
+/// and limit whatever its window or sub-bucket, so that it sees every
+/// request of the logical limit. It keeps `rl2:{`, so it shares the limit's
+/// hash tag whatever the prefix holds: on Redis Cluster it sits on the slot
+/// of the limit's own key (and, without a `{` in the prefix, of sub-bucket
+/// 0 of a sharded one).
+pub fn reference_key(
+    prefix: &str,
+    domain: &str,
+    entries: &[Entry],
+    pattern: Option<&[String]>,
+    suffix: &str,
+) -> String {
+    algorithm_key(prefix, domain, entries, pattern, &format!("audit:{suffix}"))
+}
+
 /// The key of sub-bucket `i` of `k` of one opt-in limit (`shards: k`):
 /// `prefix · "rl2s:{" · tag · "}:" · <the original's descriptor part> · ":" ·
 /// suffix · ":" · i · "/" · k`. The hash tag is chosen so that the
@@ -237,6 +254,33 @@ mod tests {
         assert_eq!(
             algorithm_key("", "d", &plain, Some(&shared), "tb:1s"),
             "rl2:{d_k_*_}:tb:1s"
+        );
+    }
+
+    #[test]
+    fn a_reference_key_is_versioned_and_on_its_limits_slot() {
+        let slot = |k: &str| fred::util::redis_keyslot(k.as_bytes());
+        for (prefix, entries) in [
+            ("", vec![Entry::new("k", "v")]),
+            (
+                "p{x:",
+                vec![Entry::new("user", "a}b{c"), Entry::new("path", "/x")],
+            ),
+        ] {
+            let reference = reference_key(prefix, "d", &entries, None, "fw:60s");
+            assert!(reference.ends_with("}:audit:fw:60s"));
+            assert_eq!(
+                slot(&reference),
+                slot(&algorithm_key(prefix, "d", &entries, None, "fw:60s"))
+            );
+        }
+        let plain = [Entry::new("k", "v")];
+        let reference = reference_key("", "d", &plain, None, "ow:60s");
+        assert_eq!(reference, "rl2:{d_k_v_}:audit:ow:60s");
+        assert_eq!(
+            slot(&sub_bucket_key("", "d", &plain, None, "ow:60s", 0, 4)),
+            slot(&reference),
+            "sub-bucket 0 sits on the reference's slot"
         );
     }
 }

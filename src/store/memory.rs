@@ -221,6 +221,11 @@ impl Drop for SweeperGuard {
 
 #[async_trait]
 impl Store for MemoryStore {
+    /// Always the same step: a batch is decided under its shards' locks.
+    fn reference_step(&self, _subject: &str, _reference: &str) -> super::ReferenceStep {
+        super::ReferenceStep::Same
+    }
+
     /// Nothing here can fail but an original window that cannot be built.
     async fn execute(&self, work: &Work, _deadline: Option<tokio::time::Instant>) -> Reply {
         match work {
@@ -248,51 +253,98 @@ impl Store for MemoryStore {
 }
 
 impl MemoryStore {
-    /// Applies `batch` per `policy`: each counter's value after it.
+    /// Applies `batch` per `policy`: each counter's value after it, and
+    /// for an audit reference ([`Increment::reference`]) what it held
+    /// before, decided and recorded under the lock of the counter it
+    /// follows.
     pub fn count(&self, batch: &[Increment], policy: IncrementPolicy) -> Vec<u64> {
-        let now = self.clock.now_secs();
+        let now = self.clock.now();
+        let now_secs = now.as_secs();
         let ids: Vec<u128> = batch.iter().map(|i| self.id(&i.key)).collect();
+        let is_reference = |i: usize| batch.get(i).is_some_and(|r| r.reference.is_some());
+        let mut out = Vec::with_capacity(batch.len());
         match policy {
-            IncrementPolicy::Always => batch
-                .iter()
-                .zip(&ids)
-                .map(|(inc, &id)| {
+            IncrementPolicy::Always => {
+                let mut i = 0;
+                while i < batch.len() {
+                    let (inc, id) = (&batch[i], ids[i]);
+                    if is_reference(i) {
+                        // A reference that follows no counter records nothing.
+                        out.push(self.reference(inc, id, false, now));
+                        i += 1;
+                        continue;
+                    }
                     let mut shard = self.shards[Self::shard_of(id)].lock();
-                    Self::apply(Self::entry(&mut shard, id, inc), inc, now, inc.hits)
-                })
-                .collect(),
+                    let value =
+                        Self::apply(Self::entry(&mut shard, id, inc), inc, now_secs, inc.hits);
+                    out.push(value);
+                    if is_reference(i + 1) {
+                        let admitted = inc.hits > 0 && value <= inc.limit;
+                        out.push(self.reference(&batch[i + 1], ids[i + 1], admitted, now));
+                        i += 1;
+                    }
+                    drop(shard);
+                    i += 1;
+                }
+            }
             IncrementPolicy::OnlyIfNoneWouldExceed => {
                 // Lock every shard the batch touches, in index order (no
                 // deadlock), so the check and the increments are one step.
-                let mut guards = lock_shards(&self.shards, ids.iter().copied());
+                let counters = (0..batch.len()).filter(|&i| !is_reference(i));
+                let mut guards = lock_shards(&self.shards, counters.map(|i| ids[i]));
                 let would_exceed: Vec<bool> = batch
                     .iter()
                     .zip(&ids)
                     .map(|(inc, &id)| {
+                        if inc.reference.is_some() {
+                            return false;
+                        }
                         let current = match locked(&mut guards, id).get(&id) {
-                            Some(c) if c.expires_at > now => c.count,
+                            Some(c) if c.expires_at > now_secs => c.count,
                             _ => 0,
                         };
                         current.saturating_add(inc.hits) > inc.limit
                     })
                     .collect();
                 let any = would_exceed.iter().any(|&w| w);
-                batch
-                    .iter()
-                    .zip(&ids)
-                    .zip(&would_exceed)
-                    .map(|((inc, &id), &exceeds)| {
-                        let hits = if !any || exceeds { inc.hits } else { 0 };
-                        Self::apply(
-                            Self::entry(locked(&mut guards, id), id, inc),
-                            inc,
-                            now,
-                            hits,
-                        )
-                    })
-                    .collect()
+                // Whether the last counter added hits and is within its limit.
+                let mut admitted = false;
+                for ((inc, &id), &exceeds) in batch.iter().zip(&ids).zip(&would_exceed) {
+                    if inc.reference.is_some() {
+                        out.push(self.reference(inc, id, admitted, now));
+                        admitted = false;
+                        continue;
+                    }
+                    let hits = if !any || exceeds { inc.hits } else { 0 };
+                    let counter = Self::entry(locked(&mut guards, id), id, inc);
+                    let value = Self::apply(counter, inc, now_secs, hits);
+                    admitted = hits > 0 && value <= inc.limit;
+                    out.push(value);
+                }
             }
         }
+        out
+    }
+
+    /// The audit reference `r` (key id `id`): what it held in its window
+    /// before `now`, with `r.hits` recorded if the counter it follows
+    /// `admitted` them. A reference without a contract holds nothing.
+    fn reference(&self, r: &Increment, id: u128, admitted: bool, now: Duration) -> u64 {
+        let Some(contract) = r.reference else {
+            return 0;
+        };
+        let mut shard = self.states[Self::shard_of(id)].lock();
+        let state = shard
+            .get(&id)
+            .filter(|slot| slot.expires_at > now)
+            .map(|slot| slot.state.clone());
+        let held = contract.in_window(state.as_ref(), now);
+        if admitted && r.hits > 0 {
+            let state = contract.record(state, r.hits, now);
+            let expires_at = now + contract.expires_after(&state, now);
+            shard.insert(id, Slot { state, expires_at });
+        }
+        held
     }
 
     /// Decides `batch` all or nothing under the locks of every shard it
@@ -313,7 +365,7 @@ impl MemoryStore {
         if let Commit::Refund { taken_at } = commit {
             for (check, &id) in batch.iter().zip(&ids) {
                 match &check.limit {
-                    CheckedLimit::Algorithm(limiter) => {
+                    CheckedLimit::Algorithm(limiter) | CheckedLimit::Reference(limiter) => {
                         let map = locked(&mut states, id);
                         if let Some(slot) = map.get_mut(&id).filter(|s| s.expires_at > now) {
                             slot.state =
@@ -338,7 +390,7 @@ impl MemoryStore {
         let mut results = Vec::with_capacity(batch.len());
         for (check, &id) in batch.iter().zip(&ids) {
             let (limiter, stored, counter_expiry) = match &check.limit {
-                CheckedLimit::Algorithm(limiter) => {
+                CheckedLimit::Algorithm(limiter) | CheckedLimit::Reference(limiter) => {
                     let stored = locked(&mut states, id)
                         .get(&id)
                         .filter(|slot| slot.expires_at > now)
@@ -367,9 +419,15 @@ impl MemoryStore {
                 Some(LimiterState::FixedWindow(w)) => w.count,
                 _ => 0,
             };
-            let before = count(&state);
+            let mut before = count(&state);
             let mut after = before;
-            if decision.is_allowed() && check.cost > 0 {
+            let is_reference = matches!(check.limit, CheckedLimit::Reference(_));
+            let next = match is_reference {
+                true => limiter.record(state.clone(), check.cost, now),
+                false => next,
+            };
+            let recorded = decision.is_allowed() || is_reference;
+            if recorded && check.cost > 0 {
                 after = count(&Some(next.clone()));
                 let expires_at = now + limiter.expires_after(&next, now);
                 let slot = Slot {
@@ -377,6 +435,11 @@ impl MemoryStore {
                     expires_at,
                 };
                 pending.insert(id, (slot, counter_expiry));
+            }
+            if is_reference {
+                // A reference answers what its window held before.
+                let held = limiter.in_window(state.as_ref(), now);
+                (before, after) = (held, held);
             }
             results.push((decision, before, after));
         }
@@ -449,6 +512,7 @@ mod tests {
             ttl_seconds: unit,
             limit,
             on_failure: Default::default(),
+            reference: None,
         }
     }
 

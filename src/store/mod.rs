@@ -50,6 +50,16 @@ pub struct Increment {
     pub limit: u64,
     /// What to answer when the store cannot.
     pub on_failure: OnFailure,
+    /// `Some(contract)`: this item is not a counter but the decision
+    /// audit's exact reference of the item right before it in the batch
+    /// (same node; see [`Store::reference_step`]), `key` its reference key
+    /// and `hits` that item's. In the same atomic step as that counter's
+    /// increment the store answers [`Answer::Count`] with what the
+    /// reference held in its trailing window before (so the contract admits
+    /// iff that plus `hits` is at most `limit`), and records `hits` in it
+    /// iff the counter after the increment is within its limit (what the
+    /// original's rule admitted).
+    pub reference: Option<Limiter>,
 }
 
 /// How a batch is applied.
@@ -104,6 +114,14 @@ pub enum CheckedLimit {
         /// The key's TTL when created (window length plus jitter).
         ttl_seconds: u64,
     },
+    /// The decision audit's exact reference of a rule's contract (see
+    /// [`Limiter::reference_of`]): decided as its limiter at the store's
+    /// time, never binding (a check carrying it has `binding: false`), and
+    /// its cost recorded in it (see [`Limiter::record`]) whenever the batch
+    /// commits, whatever it decided itself, so that it follows what was
+    /// really admitted. Its answer's `count` is what the reference held in
+    /// its trailing window before this check (0 for a bucket).
+    Reference(Limiter),
 }
 
 /// The answer for one [`Check`].
@@ -355,6 +373,29 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         let _ = (key, one_second);
         None
     }
+
+    /// How this store can decide the decision audit's reference at
+    /// `reference` beside the limit at `subject`.
+    fn reference_step(&self, subject: &str, reference: &str) -> ReferenceStep {
+        let _ = (subject, reference);
+        ReferenceStep::Unsupported
+    }
+}
+
+/// Where a store decides an audit reference relative to the decision it
+/// audits ([`Store::reference_step`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReferenceStep {
+    /// In the same atomic step (the memory store's locks; one Redis script
+    /// on one node or Cluster slot): the comparison is exact.
+    Same,
+    /// In a step of its own on the same store (another Redis Cluster slot):
+    /// decided concurrently with the decision, committed with it by
+    /// reserve-then-refund, so requests in flight on the key at the same
+    /// moment can be ordered differently by the two.
+    Separate,
+    /// The store cannot hold a reference (memcache).
+    Unsupported,
 }
 
 #[async_trait]
@@ -365,6 +406,10 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
 
     fn node_of(&self, key: &str, one_second: bool) -> Option<NodeId> {
         (**self).node_of(key, one_second)
+    }
+
+    fn reference_step(&self, subject: &str, reference: &str) -> ReferenceStep {
+        (**self).reference_step(subject, reference)
     }
 }
 

@@ -7,7 +7,10 @@
 -- the number of groups, then per group: mode ("commit" | "peek" (decide
 -- only) | "refund"), nonce, commit time (µs, refund only), n, then per
 -- check: kind, limit, period (µs; for "ow" the TTL in s), burst, cost,
--- binding. KEYS: the groups' keys in order, one per check.
+-- binding ("1", "0", or "r": the decision audit's reference, never binding,
+-- whose cost is recorded whenever the group commits, even if it would have
+-- refused; its count is what it held before). KEYS: the groups' keys in
+-- order, one per check.
 -- "refund" gives each check's cost back to the window of the commit time
 -- and then answers as "peek". Returns, per group in order: time (µs) and
 -- committed (0/1), then per check: code (1 allow, 0 deny, 2 exceeds
@@ -32,7 +35,8 @@ local function run_group(mode, nonce, tc, n, key_at, base, out)
   local function check(i)
     local o = base + (i - 1) * 6
     return ARGV[o + 1], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]),
-      tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5]), ARGV[o + 6] == '1'
+      tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5]), ARGV[o + 6] == '1',
+      ARGV[o + 6] == 'r'
   end
 
   if mode == 'refund' then
@@ -75,7 +79,7 @@ local function run_group(mode, nonce, tc, n, key_at, base, out)
   local all = true
 
   for i = 1, n do
-    local kind, limit, period, burst, cost, binding = check(i)
+    local kind, limit, period, burst, cost, binding, record = check(i)
     local key = KEYS[key_at + i]
     local code, remaining, retry, reset, count = 1, 0, 0, 0, 0
     local p = pending[key]
@@ -92,14 +96,16 @@ local function run_group(mode, nonce, tc, n, key_at, base, out)
       elseif cost == 0 then remaining, reset = free(debt), debt
       else
         local tolerance = floor((burst - cost) * period / limit)
-        if debt <= tolerance then
+        local fits = debt <= tolerance
+        if fits or record then
           local new_tat = math.max(tat, now) + ceil_div(cost * period, limit)
           remaining, reset = free(new_tat - now), new_tat - now
           pending[key] = {tat = new_tat}
           writes[#writes + 1] = function()
             redis.call('SET', key, string.format('%d', new_tat), 'PX', ms(new_tat - now))
           end
-        else code, retry, reset = 0, debt - tolerance, debt end
+        end
+        if not fits then code, remaining, retry, reset = 0, 0, debt - tolerance, debt end
       end
 
     elseif kind == 'sw' then
@@ -196,9 +202,11 @@ local function run_group(mode, nonce, tc, n, key_at, base, out)
         if newest[2] then return math.max(tonumber(newest[2]) + w - now, 0) end
         return 0
       end
+      if record then count = used end
       if cost > limit then code, reset = 2, drained()
-      elseif used + cost <= limit then
-        remaining = limit - used - cost
+      elseif used + cost <= limit or record then
+        if used + cost > limit then code = 0 end
+        remaining = math.max(limit - used - cost, 0)
         if cost > 0 then
           local first = p.added
           p.added = p.added + cost

@@ -73,7 +73,12 @@ impl Part<'_> {
                 period.to_string(),
                 burst.to_string(),
                 c.cost.to_string(),
-                if c.binding { "1" } else { "0" }.to_string(),
+                match (&c.limit, c.binding) {
+                    (CheckedLimit::Reference(_), _) => "r",
+                    (_, true) => "1",
+                    (_, false) => "0",
+                }
+                .to_string(),
             ]);
         }
         Group {
@@ -136,7 +141,7 @@ impl coalesce::Batch for AlgorithmCalls {
 fn fields(limit: &CheckedLimit) -> (&'static str, u64, u64, u64) {
     let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1);
     match limit {
-        CheckedLimit::Algorithm(l) => {
+        CheckedLimit::Algorithm(l) | CheckedLimit::Reference(l) => {
             let kind = l.name().key_tag();
             (kind, l.limit(), micros(l.period()), l.capacity())
         }
@@ -170,7 +175,7 @@ fn decision(c: &Check, row: &[i64], now_us: i64) -> Checked {
         },
         2 => Decision::ExceedsCapacity {
             capacity: match &c.limit {
-                CheckedLimit::Algorithm(l) => l.capacity(),
+                CheckedLimit::Algorithm(l) | CheckedLimit::Reference(l) => l.capacity(),
                 CheckedLimit::OriginalWindow { limit, .. } => *limit,
             },
             reset_after: reset,
@@ -313,7 +318,12 @@ async fn refund(
             .iter()
             .copied()
             .filter(|&i| {
-                part.batch[i].cost > 0 && results[i].as_ref().is_ok_and(|r| r.decision.is_allowed())
+                // A reference recorded its cost whatever it decided.
+                let recorded = |r: &Checked| {
+                    r.decision.is_allowed()
+                        || matches!(part.batch[i].limit, CheckedLimit::Reference(_))
+                };
+                part.batch[i].cost > 0 && results[i].as_ref().is_ok_and(recorded)
             })
             .collect();
         if taken.is_empty() {

@@ -328,13 +328,36 @@ impl RedisStore {
         hits: &[u64],
         deadline: Option<Instant>,
     ) -> Vec<Result<u64, StoreError>> {
-        let decision_of = |positions: &[usize]| WindowDecision {
-            mode,
-            keys: positions.iter().map(|&i| batch[i].key.clone()).collect(),
-            args: positions
-                .iter()
-                .flat_map(|&i| [int(hits[i]), int(batch[i].ttl_seconds), int(batch[i].limit)])
-                .collect(),
+        let decision_of = |positions: &[usize]| {
+            // An audit reference: its window in µs, negated (see the script).
+            let ttl = |inc: &Increment| match &inc.reference {
+                Some(r) => Value::Integer(
+                    -i64::try_from(r.period().as_micros())
+                        .unwrap_or(i64::MAX)
+                        .max(1),
+                ),
+                None => int(inc.ttl_seconds),
+            };
+            let audited = positions.iter().any(|&i| batch[i].reference.is_some());
+            let mut args = Vec::with_capacity(1 + 3 * positions.len());
+            let mode = match (audited, mode) {
+                (true, "always") => "always+",
+                (true, "stop") => "stop+",
+                (_, mode) => mode,
+            };
+            if mode.ends_with('+') {
+                args.push(Value::from(format!("{:x}", rand::random::<u64>())));
+            }
+            args.extend(
+                positions
+                    .iter()
+                    .flat_map(|&i| [int(hits[i]), ttl(&batch[i]), int(batch[i].limit)]),
+            );
+            WindowDecision {
+                mode,
+                keys: positions.iter().map(|&i| batch[i].key.clone()).collect(),
+                args,
+            }
         };
         // One node (the common case): no join, no reordering.
         if let Some(((per_second, _), positions)) = groups.first() {
@@ -402,8 +425,9 @@ impl RedisStore {
                     .iter()
                     .zip(&current)
                     .map(|(inc, c)| {
-                        c.as_ref()
-                            .is_ok_and(|&c| c.saturating_add(inc.hits) > inc.limit)
+                        inc.reference.is_none()
+                            && c.as_ref()
+                                .is_ok_and(|&c| c.saturating_add(inc.hits) > inc.limit)
                     })
                     .collect();
                 let any = exceeds.iter().any(|&e| e);
@@ -554,6 +578,19 @@ impl Store for RedisStore {
             return self.run(work, deadline).instrument(span).await;
         }
         self.run(work, deadline).await
+    }
+
+    /// In one script off a cluster; on one, iff both keys hash to one slot
+    /// (an algorithm's reference shares its hash tag; the original's keys,
+    /// which name their window, move slot every window).
+    fn reference_step(&self, subject: &str, reference: &str) -> crate::store::ReferenceStep {
+        use crate::store::ReferenceStep;
+        let slot = |k: &str| fred::util::redis_keyslot(k.as_bytes());
+        if !self.main.backend.clustered || slot(subject) == slot(reference) {
+            ReferenceStep::Same
+        } else {
+            ReferenceStep::Separate
+        }
     }
 
     fn node_of(&self, key: &str, one_second: bool) -> Option<NodeId> {

@@ -1,0 +1,203 @@
+//! The audit's results: per audited limit, its counts beside its bound,
+//! for `/audit` and as statistics in the original's per-rule naming
+//! (`ratelimit.service.rate_limit.<rule>.audit_decisions`, `…audit_over`,
+//! `…audit_under`, `…audit_unverified`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use super::bound::{Bound, LimitFacts};
+use super::verdict::{Outcome, Verdict};
+use crate::metrics;
+
+/// One audited limit of one rule.
+#[derive(Debug)]
+pub struct Row {
+    rule: String,
+    /// Which limit of the rule (its key suffix, e.g. `fw:60s`).
+    limit: String,
+    facts: LimitFacts,
+    bound: Bound,
+    decisions: AtomicU64,
+    over: AtomicU64,
+    under: AtomicU64,
+    unverified: AtomicU64,
+    by_policy: AtomicU64,
+    /// The most admitted in a trailing window of the contract.
+    peak: AtomicU64,
+    stats: metrics::AuditStats,
+}
+
+impl Row {
+    fn new(rule: &str, limit: &str, facts: LimitFacts) -> Row {
+        Row {
+            rule: rule.to_string(),
+            limit: limit.to_string(),
+            bound: Bound::of(&facts),
+            facts,
+            decisions: AtomicU64::new(0),
+            over: AtomicU64::new(0),
+            under: AtomicU64::new(0),
+            unverified: AtomicU64::new(0),
+            by_policy: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+            stats: metrics::AuditStats::register(rule),
+        }
+    }
+
+    /// Counts one audited decision.
+    pub fn record(&self, outcome: Outcome) {
+        match outcome {
+            Outcome::Compared { verdict, in_window } => {
+                self.decisions.fetch_add(1, Relaxed);
+                self.stats.decisions.increment(1);
+                match verdict {
+                    Verdict::Over => {
+                        self.over.fetch_add(1, Relaxed);
+                        self.stats.over.increment(1);
+                    }
+                    Verdict::Under => {
+                        self.under.fetch_add(1, Relaxed);
+                        self.stats.under.increment(1);
+                    }
+                    Verdict::Agree => {}
+                }
+                if let Some(n) = in_window {
+                    self.peak.fetch_max(n, Relaxed);
+                }
+            }
+            Outcome::ByPolicy => {
+                self.by_policy.fetch_add(1, Relaxed);
+                self.stats.unverified.increment(1);
+            }
+            Outcome::Unverified => {
+                self.unverified.fetch_add(1, Relaxed);
+                self.stats.unverified.increment(1);
+            }
+        }
+    }
+
+    /// The row as `/audit` shows it.
+    pub fn to_json(&self) -> serde_json::Value {
+        let decisions = self.decisions.load(Relaxed);
+        let (over, under) = (self.over.load(Relaxed), self.under.load(Relaxed));
+        let peak = self.peak.load(Relaxed);
+        let rate = |n: u64| match decisions {
+            0 => 0.0,
+            d => n as f64 / d as f64,
+        };
+        serde_json::json!({
+            "rule": self.rule,
+            "limit": self.limit,
+            "contract": self.facts.to_json(),
+            "decisions": decisions,
+            "over": over,
+            "under": under,
+            "over_rate": rate(over),
+            "under_rate": rate(under),
+            "peak_in_window": peak,
+            "by_policy": self.by_policy.load(Relaxed),
+            "unverified": self.unverified.load(Relaxed),
+            "bound": self.bound.to_json(),
+            "within_bound": self.bound.holds(peak, over, under),
+        })
+    }
+}
+
+/// Every audited limit's row, at most [`metrics::MAX_DYNAMIC_KEYS`]; a
+/// rule past that is not audited (its decisions go uncounted).
+#[derive(Debug, Default)]
+pub struct AuditBook {
+    rows: RwLock<HashMap<(String, String), Arc<Row>>>,
+}
+
+impl AuditBook {
+    /// The row of `limit` (its key suffix) of `rule` (its stats key), made
+    /// with `facts` the first time; `None` once the book is full.
+    pub fn row(
+        &self,
+        rule: &str,
+        limit: &str,
+        facts: impl FnOnce() -> LimitFacts,
+    ) -> Option<Arc<Row>> {
+        let key = (rule.to_string(), limit.to_string());
+        if let Some(row) = self.rows.read().get(&key) {
+            return Some(row.clone());
+        }
+        let mut rows = self.rows.write();
+        if rows.len() >= metrics::MAX_DYNAMIC_KEYS && !rows.contains_key(&key) {
+            return None;
+        }
+        Some(
+            rows.entry(key)
+                .or_insert_with(|| Arc::new(Row::new(rule, limit, facts())))
+                .clone(),
+        )
+    }
+
+    /// Every row, ordered by rule and limit.
+    pub fn to_json(&self) -> Vec<serde_json::Value> {
+        let rows = self.rows.read();
+        let mut keys: Vec<_> = rows.keys().collect();
+        keys.sort();
+        keys.into_iter().map(|k| rows[k].to_json()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_counts_and_judges_against_its_bound() {
+        let book = AuditBook::default();
+        let facts = || LimitFacts {
+            algorithm: "fixed_window",
+            limit: 10,
+            window_seconds: 1,
+            burst: None,
+            shards: 1,
+            lease: false,
+        };
+        let row = book.row("d.k", "ow:1s", facts).expect("room");
+        for n in 1..=20 {
+            let verdict = if n > 10 {
+                Verdict::Over
+            } else {
+                Verdict::Agree
+            };
+            row.record(Outcome::Compared {
+                verdict,
+                in_window: Some(n),
+            });
+        }
+        row.record(Outcome::ByPolicy);
+        row.record(Outcome::Unverified);
+        let v = &book.to_json()[0];
+        assert_eq!(v["decisions"], 20);
+        assert_eq!(v["over"], 10);
+        assert_eq!(v["over_rate"], 0.5);
+        assert_eq!(v["peak_in_window"], 20);
+        assert_eq!(
+            (v["by_policy"].as_u64(), v["unverified"].as_u64()),
+            (Some(1), Some(1))
+        );
+        assert_eq!(
+            v["within_bound"], true,
+            "a 2x burst is the fixed window's bound"
+        );
+        row.record(Outcome::Compared {
+            verdict: Verdict::Over,
+            in_window: Some(21),
+        });
+        assert_eq!(book.to_json()[0]["within_bound"], false);
+        // The same row again, not a new one.
+        assert!(Arc::ptr_eq(
+            &row,
+            &book.row("d.k", "ow:1s", facts).expect("room")
+        ));
+    }
+}
