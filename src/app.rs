@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
-use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::config::provider::ProviderOptions;
 use crate::config::watcher::{ConfigWatcher, ReloadStatus};
@@ -30,6 +29,7 @@ use crate::hotkeys::{HotKeysView, TopKeys};
 use crate::limiter::{Clock, SystemClock};
 use crate::metrics::{LocalCacheGauges, MetricsHandle, MetricsOptions, Stats};
 use crate::resilience::{self, BreakerOptions, ResilienceOptions};
+use crate::service::edge::GrpcListener;
 use crate::service::health::{Component, Health};
 use crate::service::rls::RlsServer;
 use crate::settings::{BackendType, ConfigType, Settings};
@@ -215,12 +215,16 @@ pub async fn run(
         let _ = rx.wait_for(|&s| s).await;
     };
 
-    let router = grpc_router(l, Arc::clone(&engine), health_service);
+    let router = {
+        let (l, engine) = (l.clone(), Arc::clone(&engine));
+        Arc::new(move || grpc_router(&l, Arc::clone(&engine), health_service.clone()))
+    };
     let (grpc_task, _cert_watch) = serve_grpc(
         router,
         listeners.grpc,
         &l.grpc_tls,
-        stopped(stop_rx.clone()),
+        crate::service::edge::workers(l.grpc_workers),
+        stop_rx.clone(),
     )?;
     let http_task = spawn_server(
         axum::serve(
@@ -527,13 +531,16 @@ fn grpc_router(
         .add_service(health_service)
 }
 
-/// The gRPC server task on `listener`, with TLS when `GRPC_SERVER_USE_TLS`
-/// (and the watcher that reloads a rotated certificate, to keep alive).
+/// The gRPC server task on `listener`, served by `workers` single-threaded
+/// runtimes (see [`crate::service::edge`]), with TLS when
+/// `GRPC_SERVER_USE_TLS` (and the watcher that reloads a rotated
+/// certificate, to keep alive).
 fn serve_grpc(
-    router: GrpcRouter,
+    router: Arc<dyn Fn() -> GrpcRouter + Send + Sync>,
     listener: GrpcListener,
     tls: &crate::settings::GrpcTlsSettings,
-    stopped: impl Future<Output = ()> + Send + 'static,
+    workers: usize,
+    stop: watch::Receiver<bool>,
 ) -> Result<GrpcServing, AppError> {
     let (tls_config, cert_watch) = if tls.enabled {
         let opts = crate::service::tls::TlsOptions {
@@ -550,34 +557,13 @@ fn serve_grpc(
     } else {
         (None, None)
     };
-    let task = match (listener, tls_config) {
-        (GrpcListener::Tcp(t), Some(config)) => spawn_server(
-            router.serve_with_incoming_shutdown(crate::service::tls::incoming(t, config), stopped),
-        ),
-        (GrpcListener::Unix(_), Some(_)) => {
-            return Err(AppError::Unsupported(
-                "GRPC_SERVER_USE_TLS with GRPC_UDS is not supported".into(),
-            ))
-        }
-        (GrpcListener::Tcp(t), None) => spawn_server(router.serve_with_incoming_shutdown(
-            // No Nagle: a small response must not wait for a delayed ACK.
-            tonic::transport::server::TcpIncoming::from(t).with_nodelay(Some(true)),
-            stopped,
-        )),
-        (GrpcListener::Unix(u), None) => {
-            spawn_server(router.serve_with_incoming_shutdown(UnixListenerStream::new(u), stopped))
-        }
-    };
-    Ok((task, cert_watch))
+    let serving = crate::service::edge::serve(workers, listener, tls_config, router, stop)
+        .map_err(|e| AppError::Unsupported(e.to_string()))?;
+    Ok((spawn_server(serving), cert_watch))
 }
 
 /// The gRPC services behind the call-statistics layer.
-type GrpcRouter = tonic::transport::server::Router<
-    tower::layer::util::Stack<
-        crate::service::grpc_metrics::GrpcMetricsLayer,
-        tower::layer::util::Identity,
-    >,
->;
+type GrpcRouter = crate::service::edge::Router;
 
 /// The gRPC server's task and, with TLS, its certificate watcher.
 type GrpcServing = (ServerTask, Option<notify::RecommendedWatcher>);
@@ -744,11 +730,6 @@ async fn build_store(
         }
     };
     Ok(Some(built))
-}
-
-enum GrpcListener {
-    Tcp(TcpListener),
-    Unix(UnixListener),
 }
 
 fn local_addr(l: &TcpListener) -> SocketAddr {

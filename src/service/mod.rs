@@ -2,6 +2,7 @@
 //! and the debug port, each a thin adapter over the [`crate::engine`].
 
 pub mod debug;
+pub mod edge;
 pub mod error;
 pub mod grpc_metrics;
 pub mod health;

@@ -272,31 +272,26 @@ impl AsyncWrite for TlsConn {
     }
 }
 
-/// Accepts TCP connections and completes TLS handshakes concurrently (a
-/// slow or failing handshake never blocks the others); yields finished
-/// connections. Ends when the listener task is dropped with the stream.
+/// The TLS connections of the accepted TCP connections `conns`: each
+/// handshake runs on its own task (on the caller's runtime), at most 10 s,
+/// so a slow client does not hold up the others; failed handshakes are
+/// logged and dropped.
 pub fn incoming(
-    listener: tokio::net::TcpListener,
+    conns: impl tokio_stream::Stream<Item = tokio::net::TcpStream> + Send + 'static,
     config: Arc<ServerConfig>,
 ) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<TlsConn>> {
+    use tokio_stream::StreamExt;
     let (tx, rx) = tokio::sync::mpsc::channel(128);
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
     tokio::spawn(async move {
-        loop {
-            let (tcp, peer) = match listener.accept().await {
-                Ok(x) => {
-                    // No Nagle: a small response must not wait for a delayed ACK.
-                    let _ = x.0.set_nodelay(true);
-                    x
-                }
-                Err(e) => {
-                    tracing::warn!("gRPC accept: {e}");
-                    continue;
-                }
-            };
+        let mut conns = std::pin::pin!(conns);
+        while let Some(tcp) = conns.next().await {
             if tx.is_closed() {
                 break;
             }
+            let peer = tcp
+                .peer_addr()
+                .map_or_else(|_| "a client".to_string(), |a| a.to_string());
             let acceptor = acceptor.clone();
             let tx = tx.clone();
             tokio::spawn(async move {

@@ -143,6 +143,9 @@ pub struct ListenerSettings {
     pub grpc_max_connection_age_grace: Duration,
     /// TLS on the gRPC port.
     pub grpc_tls: GrpcTlsSettings,
+    /// `GRPC_WORKERS` (ours): single-threaded runtimes serving gRPC
+    /// connections; 0 means one per core.
+    pub grpc_workers: usize,
 }
 
 /// TLS and mTLS on the gRPC port.
@@ -731,6 +734,9 @@ impl Settings {
                 grpc_max_connection_age: r.get(ENV_GRPC_MAX_CONNECTION_AGE, parse_duration),
                 grpc_max_connection_age_grace: r
                     .get(ENV_GRPC_MAX_CONNECTION_AGE_GRACE, parse_duration),
+                grpc_workers: r.get(ENV_GRPC_WORKERS, |s| {
+                    parse_count(s).map(|n| usize::try_from(n).unwrap_or(usize::MAX).min(1024))
+                }),
                 grpc_tls: GrpcTlsSettings {
                     enabled: r.get(ENV_GRPC_SERVER_USE_TLS, parse_bool),
                     server_cert: r.string(ENV_GRPC_SERVER_TLS_CERT),

@@ -142,6 +142,11 @@ pub const ENV_DECISION_AUDIT_SAMPLE: &str = "DECISION_AUDIT_SAMPLE";
 /// `10000`.
 pub const ENV_DECISION_AUDIT_MAX_LIMIT: &str = "DECISION_AUDIT_MAX_LIMIT";
 
+/// How many single-threaded runtimes serve the gRPC connections (each
+/// connection is served by one of them); `0` is one per core. Ours;
+/// default `0`.
+pub const ENV_GRPC_WORKERS: &str = "GRPC_WORKERS";
+
 /// Variables this service adds to the original's. Each is opt-in: its
 /// default keeps an existing deployment's behaviour.
 pub static EXTENSIONS: &[VarSpec] = &[
@@ -239,6 +244,12 @@ pub static EXTENSIONS: &[VarSpec] = &[
         name: ENV_HOT_KEYS_TOP_K,
         kind: Kind::Int,
         default: "16",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_GRPC_WORKERS,
+        kind: Kind::Int,
+        default: "0",
         support: Support::Active,
     },
     VarSpec {

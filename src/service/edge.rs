@@ -1,0 +1,222 @@
+//! The gRPC edge: one single-threaded tokio runtime per core (`GRPC_WORKERS`),
+//! each owning the connections handed to it.
+//!
+//! Why: on tokio's multi-threaded scheduler, a request task that finishes
+//! wakes its connection task into the worker's LIFO slot, which runs next,
+//! so the connection flushes after every response: one `writev` per
+//! response, about 30 % of the service's CPU. On a single-threaded runtime
+//! the connection task runs after every request that was ready, and the
+//! responses ready together leave in one write. (The same effect needs
+//! `disable_lifo_slot()`, an unstable tokio API, on the shared runtime.)
+//!
+//! How: the listener stays on the main runtime, which accepts and hands
+//! each connection, as a `std` socket, to the next worker in turn; the
+//! worker registers it with its own reactor, and performs the TLS handshake
+//! there. Each worker runs its own tonic server over its connections, built
+//! from one factory, so every option (max connection age, keepalive, the
+//! call statistics layer) applies per worker alike. The engine and the
+//! store are shared; a Redis call made on a worker travels through the
+//! store's connections, which live on the main runtime.
+//!
+//! A connection is served by one worker, so by at most one core: a proxy
+//! that sends everything over a single HTTP/2 connection gets one core for
+//! its gRPC work (Envoy opens a connection per worker thread, so it uses
+//! them all). Shutdown: every worker stops accepting on the shared stop
+//! signal and drains its connections as tonic's graceful shutdown does.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_rustls::rustls::ServerConfig;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::StreamExt;
+
+/// Where gRPC connections come from.
+#[derive(Debug)]
+pub enum GrpcListener {
+    /// `GRPC_HOST`:`GRPC_PORT`.
+    Tcp(TcpListener),
+    /// `GRPC_UDS`.
+    Unix(UnixListener),
+}
+
+/// A worker's server: the same services on every worker.
+pub type Router = tonic::transport::server::Router<
+    tower::layer::util::Stack<super::grpc_metrics::GrpcMetricsLayer, tower::layer::util::Identity>,
+>;
+
+/// An accepted connection on its way to a worker, out of the main
+/// runtime's reactor.
+enum Accepted {
+    Tcp(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
+/// Why the edge could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EdgeError {
+    /// A worker thread or its runtime could not be made.
+    #[error("cannot start gRPC worker {index}: {source}")]
+    Worker {
+        /// Which worker.
+        index: usize,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// TLS over a unix socket.
+    #[error("GRPC_SERVER_USE_TLS with GRPC_UDS is not supported")]
+    TlsOverUnixSocket,
+}
+
+/// How many workers `GRPC_WORKERS = requested` means: the cores this
+/// process may use for 0, else the number asked for.
+pub fn workers(requested: usize) -> usize {
+    match requested {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+}
+
+/// Serves `listener` on `n` workers, each with a router from `router`,
+/// until `stop` turns true; TLS with `tls`. Must be called on the main
+/// runtime, which runs the accept loop. The returned future ends when every
+/// worker has drained, with the first error.
+pub fn serve(
+    n: usize,
+    listener: GrpcListener,
+    tls: Option<Arc<ServerConfig>>,
+    router: Arc<dyn Fn() -> Router + Send + Sync>,
+    stop: watch::Receiver<bool>,
+) -> Result<impl Future<Output = Result<(), String>> + Send + 'static, EdgeError> {
+    if tls.is_some() && matches!(listener, GrpcListener::Unix(_)) {
+        return Err(EdgeError::TlsOverUnixSocket);
+    }
+    let unix = matches!(listener, GrpcListener::Unix(_));
+    let mut senders = Vec::with_capacity(n);
+    let mut finished = Vec::with_capacity(n);
+    for index in 0..n.max(1) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (done_tx, done_rx) = oneshot::channel();
+        let (router, stop, tls) = (Arc::clone(&router), stop.clone(), tls.clone());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|source| EdgeError::Worker { index, source })?;
+        std::thread::Builder::new()
+            .name(format!("grpc-{index}"))
+            .spawn(move || {
+                let served = runtime.block_on(worker(rx, unix, tls, router(), stop));
+                let _ = done_tx.send(served);
+            })
+            .map_err(|source| EdgeError::Worker { index, source })?;
+        senders.push(tx);
+        finished.push(done_rx);
+    }
+    tokio::spawn(accept(listener, senders, stop));
+    Ok(async move {
+        let mut first = Ok(());
+        for done in finished {
+            let served = done
+                .await
+                .unwrap_or_else(|_| Err("a gRPC worker stopped".into()));
+            if first.is_ok() {
+                first = served;
+            }
+        }
+        first
+    })
+}
+
+/// Accepts until `stop`, handing connections to the workers in turn.
+async fn accept(
+    listener: GrpcListener,
+    workers: Vec<mpsc::UnboundedSender<Accepted>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut next = 0;
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.wait_for(|&s| s) => return,
+            a = accept_one(&listener) => a,
+        };
+        let conn = match accepted {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::warn!("gRPC accept: {e}");
+                // A full file table: do not spin.
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        // A worker that has stopped drops what it is sent.
+        let _ = workers[next % workers.len()].send(conn);
+        next += 1;
+    }
+}
+
+async fn accept_one(listener: &GrpcListener) -> std::io::Result<Accepted> {
+    match listener {
+        GrpcListener::Tcp(l) => {
+            let (s, _) = l.accept().await?;
+            // No Nagle: a small response must not wait for a delayed ACK.
+            s.set_nodelay(true)?;
+            Ok(Accepted::Tcp(s.into_std()?))
+        }
+        GrpcListener::Unix(l) => Ok(Accepted::Unix(l.accept().await?.0.into_std()?)),
+    }
+}
+
+/// One worker: its router over the connections it is sent, until `stop`.
+async fn worker(
+    rx: mpsc::UnboundedReceiver<Accepted>,
+    unix: bool,
+    tls: Option<Arc<ServerConfig>>,
+    router: Router,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let stopped = async move {
+        let _ = stop.wait_for(|&s| s).await;
+    };
+    let conns = UnboundedReceiverStream::new(rx);
+    // Every connection is of the listener's one kind.
+    let tcp = |c| match c {
+        Accepted::Tcp(s) => tcp_stream(s),
+        Accepted::Unix(_) => None,
+    };
+    let served = match (tls, unix) {
+        (Some(config), _) => {
+            let incoming = super::tls::incoming(conns.filter_map(tcp), config);
+            router.serve_with_incoming_shutdown(incoming, stopped).await
+        }
+        (None, false) => {
+            let incoming = conns.filter_map(tcp).map(Ok::<_, std::io::Error>);
+            router.serve_with_incoming_shutdown(incoming, stopped).await
+        }
+        (None, true) => {
+            let incoming = conns
+                .filter_map(|c| match c {
+                    Accepted::Unix(s) => unix_stream(s),
+                    Accepted::Tcp(_) => None,
+                })
+                .map(Ok::<_, std::io::Error>);
+            router.serve_with_incoming_shutdown(incoming, stopped).await
+        }
+    };
+    served.map_err(|e| e.to_string())
+}
+
+fn tcp_stream(s: std::net::TcpStream) -> Option<TcpStream> {
+    s.set_nonblocking(true).ok()?;
+    TcpStream::from_std(s)
+        .map_err(|e| tracing::warn!("gRPC connection: {e}"))
+        .ok()
+}
+
+fn unix_stream(s: std::os::unix::net::UnixStream) -> Option<UnixStream> {
+    s.set_nonblocking(true).ok()?;
+    UnixStream::from_std(s)
+        .map_err(|e| tracing::warn!("gRPC connection: {e}"))
+        .ok()
+}
