@@ -175,6 +175,8 @@ with tempfile.TemporaryDirectory() as root:
         "BACKEND_TYPE": "memory", "USE_STATSD": "false", "USE_PROMETHEUS": "true",
         "PROMETHEUS_ADDR": f"127.0.0.1:{prom}", "RUNTIME_ROOT": root,
         "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false",
+        # The audit panel's counters exist only for audited rules.
+        "DECISION_AUDIT_SAMPLE": "1",
     })
     try:
         login = json.dumps({"domain": "example", "descriptors": [
