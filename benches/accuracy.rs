@@ -11,7 +11,7 @@
 #[path = "../integration/support/mod.rs"]
 mod support;
 
-use support::accuracy::{check, header, instances, redis_env, run_all, run_outage};
+use support::accuracy::{check, header, instances, redis_env, run_all, run_outage, write_svg};
 use support::redis::{RedisCluster, RedisServer};
 
 fn main() {
@@ -48,6 +48,17 @@ fn main() {
         }
         for o in &all {
             println!("{}", o.row());
+        }
+        // The pictures: ACCURACY_SVG_DIR (default target/), one per store.
+        let dir = std::env::var("ACCURACY_SVG_DIR").unwrap_or_else(|_| "target".into());
+        for store in ["memory", "redis", "cluster"] {
+            if all.iter().any(|o| o.store == store) {
+                let path = std::path::Path::new(&dir).join(format!("accuracy-{store}.svg"));
+                match write_svg(&all, store, &path) {
+                    Ok(()) => println!("wrote {}", path.display()),
+                    Err(e) => println!("no chart: {e}"),
+                }
+            }
         }
         check(&all);
     });

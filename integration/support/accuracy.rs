@@ -92,6 +92,10 @@ pub struct Outcome {
     pub ideal: u64,
     /// What an exact sliding log (L per any window) admits.
     pub exact_log: u64,
+    /// The timed patterns' requests in time order: when each was decided
+    /// (the midpoint of its round trip), whether it was admitted, and
+    /// whether the exact log admits it; empty for the spread patterns.
+    pub trace: Vec<(Duration, bool, bool)>,
 }
 
 impl Outcome {
@@ -132,16 +136,21 @@ fn model(algorithm: AlgorithmName, limit: u64, period: Duration) -> Limiter {
     Limiter::new(algorithm, limit, period, None).expect("valid model")
 }
 
-/// Replays `times` through `limiter`; how many it admits.
-fn replay(limiter: &impl Algorithm, times: &[Duration]) -> u64 {
+/// Replays `times` through `limiter`; whether it admits each.
+fn replay(limiter: &impl Algorithm, times: &[Duration]) -> Vec<bool> {
     let mut state = None;
-    let mut admitted = 0;
-    for &t in times {
-        let (d, s) = limiter.decide(state.take(), 1, t);
-        admitted += u64::from(d.is_allowed());
-        state = Some(s);
-    }
-    admitted
+    times
+        .iter()
+        .map(|&t| {
+            let (d, s) = limiter.decide(state.take(), 1, t);
+            state = Some(s);
+            d.is_allowed()
+        })
+        .collect()
+}
+
+fn count(admitted: &[bool]) -> u64 {
+    admitted.iter().filter(|&&a| a).count() as u64
 }
 
 /// Sends one unit request on `(alg, run)`; returns whether it was admitted
@@ -203,15 +212,20 @@ fn outcome(
     } else {
         model(algorithm, LIMIT, second)
     };
-    let exact = SlidingLog::new(LIMIT, second).expect("valid");
+    let exact = replay(&SlidingLog::new(LIMIT, second).expect("valid"), &times);
     Outcome {
         store: store.to_string(),
         algorithm,
         pattern,
         sent: results.len() as u64,
         admitted: results.iter().filter(|r| r.0).count() as u64,
-        ideal: replay(&ideal_model, &times),
-        exact_log: replay(&exact, &times),
+        ideal: count(&replay(&ideal_model, &times)),
+        exact_log: count(&exact),
+        trace: results
+            .iter()
+            .zip(exact)
+            .map(|(&(admitted, at), exact)| (at, admitted, exact))
+            .collect(),
     }
 }
 
@@ -322,6 +336,7 @@ impl Spread {
             admitted,
             ideal: self.ideal,
             exact_log: HOT_LIMIT,
+            trace: Vec::new(),
         }
     }
 }
@@ -467,4 +482,97 @@ pub fn instances(n: usize, env: &[(&str, String)]) -> Vec<Service> {
     (0..n)
         .map(|_| Service::start(&[("rules.yaml", &rules)], &env))
         .collect()
+}
+
+/// Writes, for `store`, the timed patterns `boundary burst` and `steady 2x`
+/// of every algorithm as one SVG: per panel, the requests admitted in the
+/// trailing second at each decision, for the algorithm and for an exact
+/// sliding log on the same request times, against the limit. The fixed
+/// window's boundary burst is the blue line reaching twice the limit.
+pub fn write_svg(outcomes: &[Outcome], store: &str, path: &std::path::Path) -> Result<(), String> {
+    draw(outcomes, store, path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn draw(
+    outcomes: &[Outcome],
+    store: &str,
+    path: &std::path::Path,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    let patterns = ["boundary burst", "steady 2x"];
+    let root = SVGBackend::new(path, (1200, 620)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled(
+        &format!("admitted in the trailing second, {store} store (limit {LIMIT}/s): each algorithm against an exact log"),
+        ("sans-serif", 18),
+    )?;
+    let panels = root.split_evenly((patterns.len(), ALGORITHMS.len()));
+    for (n, panel) in panels.iter().enumerate() {
+        let (pattern, algorithm) = (
+            patterns[n / ALGORITHMS.len()],
+            ALGORITHMS[n % ALGORITHMS.len()],
+        );
+        let Some(o) = outcomes
+            .iter()
+            .find(|o| o.store == store && o.pattern == pattern && o.algorithm == algorithm)
+        else {
+            continue;
+        };
+        let Some(&(first, ..)) = o.trace.first() else {
+            continue;
+        };
+        // Admitted in (t − 1 s, t] at each decision, for the real answers
+        // and for the exact log.
+        let in_window = |pick: fn(&(Duration, bool, bool)) -> bool| -> Vec<(f64, f64)> {
+            o.trace
+                .iter()
+                .map(|r| {
+                    let n = o
+                        .trace
+                        .iter()
+                        .filter(|s| s.0 <= r.0 && s.0 + Duration::from_secs(1) > r.0 && pick(s))
+                        .count();
+                    ((r.0 - first).as_secs_f64(), n as f64)
+                })
+                .collect()
+        };
+        let real = in_window(|r| r.1);
+        let exact = in_window(|r| r.2);
+        let end = real.last().map_or(1.0, |p| p.0).max(0.5) * 1.05;
+        let top = (2 * LIMIT + 4) as f64;
+        let mut chart = ChartBuilder::on(panel)
+            .caption(
+                format!("{} — {pattern}", algorithm.as_str()),
+                ("sans-serif", 14),
+            )
+            .margin(8)
+            .x_label_area_size(24)
+            .y_label_area_size(30)
+            .build_cartesian_2d(0.0..end, 0.0..top)?;
+        chart
+            .configure_mesh()
+            .x_desc("s")
+            .max_light_lines(2)
+            .draw()?;
+        chart.draw_series(LineSeries::new(
+            vec![(0.0, LIMIT as f64), (end, LIMIT as f64)],
+            BLACK.mix(0.4),
+        ))?;
+        chart
+            .draw_series(LineSeries::new(exact, RED.stroke_width(2)))?
+            .label("exact log")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], RED));
+        chart
+            .draw_series(LineSeries::new(real, BLUE.stroke_width(2)))?
+            .label("admitted")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], BLUE));
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.8))
+            .label_font(("sans-serif", 11))
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
 }

@@ -41,6 +41,7 @@ use rand::{Rng, SeedableRng};
 use ratelimit::cli::{Flag, FlagError, FlagKind, FlagSet, Parsed};
 use tokio::time::Instant;
 
+mod chart;
 mod grpc;
 mod threads;
 use grpc::GrpcConnection;
@@ -92,6 +93,8 @@ LOAD OPTIONS (run, compare):
   --seed S              random seed (default 1)
   --rounds R            compare only: R rounds of (noop, target), the order
                         alternating each round; the report sums them (default 1)
+  --svg FILE            run only: write the run over time as an SVG chart
+                        (throughput, errors, p50 / p99 / p99.9 per 1/60 of it)
 
 NOOP OPTIONS:
   --listen ADDR         address to serve on (default 127.0.0.1:8081); port 0
@@ -350,6 +353,8 @@ struct LoadConfig {
     hits_addend: u32,
     seed: u64,
     rounds: u32,
+    /// `--svg FILE` (run only): the run over time as a chart.
+    svg: Option<std::path::PathBuf>,
 }
 
 fn load_flags(command: &'static str) -> FlagSet {
@@ -371,6 +376,7 @@ fn load_flags(command: &'static str) -> FlagSet {
             string_flag("hits-addend", "0"),
             string_flag("seed", "1"),
             string_flag("rounds", "1"),
+            string_flag("svg", ""),
         ],
     )
 }
@@ -462,6 +468,9 @@ fn parse_load(args: &[String], command: &'static str) -> Result<LoadConfig, Fail
             100,
         )?)
         .unwrap_or(1),
+        svg: Some(get("svg"))
+            .filter(|f| !f.is_empty())
+            .map(std::path::PathBuf::from),
     };
     if (config.warmup + config.duration) * config.rounds > MAX_DURATION {
         return Err(Failure::Usage(
@@ -552,6 +561,9 @@ fn build_request(config: &LoadConfig, rng: &mut SmallRng) -> RateLimitRequest {
     }
 }
 
+/// The run over time (`--svg`), shared by the workers.
+type SharedTimeline = Option<Arc<std::sync::Mutex<chart::Timeline>>>;
+
 async fn worker(
     mut client: GrpcConnection,
     config: Arc<LoadConfig>,
@@ -559,6 +571,7 @@ async fn worker(
     pacer: Option<Arc<Pacer>>,
     mut rng: SmallRng,
     mut tally: Tally,
+    timeline: SharedTimeline,
 ) -> Tally {
     loop {
         // `due` is when the request was meant to start and `from` is what its
@@ -591,6 +604,17 @@ async fn worker(
         let done = Instant::now();
         if due < schedule.measure_from {
             continue;
+        }
+        if let Some(t) = &timeline {
+            if let Ok(mut t) = t.lock() {
+                match &result {
+                    Ok(Ok(_)) => {
+                        let micros = done.duration_since(from).as_micros();
+                        t.answered(done, u64::try_from(micros).unwrap_or(u64::MAX));
+                    }
+                    _ => t.failed(done),
+                }
+            }
         }
         match result {
             Ok(Ok(response)) => {
@@ -782,6 +806,12 @@ async fn load(
             nanos_per_request: 1e9 / rps,
         })
     });
+    let timeline: SharedTimeline = match &config.svg {
+        Some(_) => Some(Arc::new(std::sync::Mutex::new(
+            chart::Timeline::new(schedule.measure_from, config.duration).map_err(Failure::Fatal)?,
+        ))),
+        None => None,
+    };
     let mut workers = tokio::task::JoinSet::new();
     let mut seed = config.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
     for (i, connection) in connections.iter().enumerate() {
@@ -795,6 +825,7 @@ async fn load(
                     pacer.clone(),
                     SmallRng::seed_from_u64(seed),
                     Tally::new()?,
+                    timeline.clone(),
                 ),
                 threads.for_connection(i),
             );
@@ -804,6 +835,19 @@ async fn load(
     while let Some(done) = workers.join_next().await {
         let tally = done.map_err(|e| Failure::Fatal(format!("worker failed: {e}")))?;
         total.merge(tally)?;
+    }
+    if let (Some(path), Some(timeline)) = (&config.svg, timeline) {
+        let title = format!(
+            "{} — {} connection(s) x {} in flight, keys {}",
+            config.target,
+            config.connections,
+            config.concurrency,
+            config.keys.describe()
+        );
+        let timeline = timeline
+            .lock()
+            .map_err(|_| Failure::Fatal("the timeline's lock was poisoned".into()))?;
+        timeline.write_svg(path, &title).map_err(Failure::Fatal)?;
     }
     Ok(Report {
         label,
