@@ -1084,3 +1084,35 @@ descriptors:
         "{stdout}"
     );
 }
+
+/// `GRPC_WORKERS=3`: connections are handed to three single-threaded
+/// runtimes in turn; every connection is answered, their counts meet in one
+/// store, and SIGTERM drains every worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_spread_over_the_grpc_workers() {
+    let mut svc = start(&[("GRPC_WORKERS", "3")]);
+    let mut clients = Vec::new();
+    for _ in 0..6 {
+        clients.push(svc.client().await);
+    }
+    let mut codes = Vec::new();
+    for c in &mut clients {
+        for _ in 0..2 {
+            let r = call(c, request("test", vec![desc(&[("normal", "workers")])]))
+                .await
+                .expect("every worker answers");
+            codes.push(r.overall_code);
+        }
+    }
+    // One limit of 2 per hour across all connections: two OK in total.
+    assert_eq!(codes.iter().filter(|&&c| c == 1).count(), 2, "{codes:?}");
+    let threads = std::fs::read_dir(format!("/proc/{}/task", svc.pid()))
+        .expect("tasks")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("grpc-"))
+        .count();
+    assert_eq!(threads, 3, "one thread per worker");
+    drop(clients);
+    svc.signal("TERM");
+    assert_eq!(svc.wait_exit(Duration::from_secs(20)), Some(0));
+}

@@ -170,6 +170,14 @@ with tempfile.TemporaryDirectory() as root:
     for name, text in files.items():
         with open(os.path.join(config_dir, name), "w") as f:
             f.write(text)
+    # A sharded rule of the check's own, so the decision audit panel's
+    # "under" has something to count: 64 requests of one caller on 16 per
+    # hour in 8 sub-buckets of 2 (some sub-bucket fills before the 16th
+    # admission unless the first 16 picks are exactly 2 apiece, p < 0.001;
+    # five fresh keys make a miss practically impossible).
+    with open(os.path.join(config_dir, "audited.yaml"), "w") as f:
+        f.write("domain: audited\ndescriptors:\n  - key: tenant\n"
+                "    rate_limit: {unit: hour, requests_per_unit: 16, shards: 8}\n")
     prom = free_port()
     proc, http, debug = start({
         "BACKEND_TYPE": "memory", "USE_STATSD": "false", "USE_PROMETHEUS": "true",
@@ -191,6 +199,21 @@ with tempfile.TemporaryDirectory() as root:
             subprocess.run([CLIENT, "-dial_string", start.grpc, "-domain", "example",
                             "-descriptors", "remote_address=10.0.0.1"],
                            capture_output=True, timeout=30, check=True)
+        # The audit: "over" from the fixed window's boundary burst (10 per
+        # second on remote_address: 10 just before a second boundary, 1
+        # after), "under" from the sharded rule.
+        time.sleep(0.9 - time.time() % 1.0 if time.time() % 1.0 < 0.9 else 1.9 - time.time() % 1.0)
+        burst = json.dumps({"domain": "example", "descriptors": [
+            {"entries": [{"key": "remote_address", "value": "10.0.0.9"}]}]}).encode()
+        for _ in range(10):
+            get(f"{http}/json", burst)
+        time.sleep(1.02 - time.time() % 1.0)
+        get(f"{http}/json", burst)
+        for tenant in range(5):
+            one = json.dumps({"domain": "audited", "descriptors": [
+                {"entries": [{"key": "tenant", "value": f"t{tenant}"}]}]}).encode()
+            for _ in range(64):
+                get(f"{http}/json", one)
         with open(os.path.join(config_dir, "broken.yaml"), "w") as f:
             f.write("domain: [\n")
         url = f"http://127.0.0.1:{prom}/metrics"

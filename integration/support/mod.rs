@@ -190,6 +190,11 @@ impl Service {
             .unwrap_or(0)
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Polls `cond` every 50 ms for up to `within`.
     pub fn eventually(&self, within: Duration, mut cond: impl FnMut() -> bool) -> bool {
         let deadline = Instant::now() + within;

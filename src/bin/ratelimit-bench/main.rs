@@ -20,11 +20,9 @@
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
-use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
@@ -988,36 +986,47 @@ impl RateLimitService for Noop {
     }
 }
 
-/// Serves the no-op service on `listener` until `shutdown` completes.
+/// Serves the no-op service on `listener` until `shutdown` completes, on
+/// the service's own gRPC edge (one single-threaded runtime per core, see
+/// `ratelimit::service::edge`), so the ceiling it measures is the service's
+/// gRPC stack's.
 async fn serve_noop(
     listener: tokio::net::TcpListener,
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     served: Arc<AtomicU64>,
-    shutdown: impl std::future::Future<Output = ()> + Send,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), Failure> {
-    let router = tonic::transport::Server::builder()
-        .add_service(RateLimitServiceServer::new(Noop { served }));
-    let result = match tls {
-        None => {
-            let incoming =
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            router
-                .serve_with_incoming_shutdown(incoming, shutdown)
-                .await
-        }
-        Some(acceptor) => {
-            router
-                .serve_with_incoming_shutdown(tls_incoming(listener, acceptor), shutdown)
-                .await
-        }
-    };
-    result.map_err(|e| Failure::Fatal(format!("no-op server: {e}")))
+    use ratelimit::service::edge;
+    let router: Arc<dyn Fn() -> edge::Router + Send + Sync> = Arc::new(move || {
+        tonic::transport::Server::builder()
+            .layer(ratelimit::service::grpc_metrics::GrpcMetricsLayer)
+            .add_service(RateLimitServiceServer::new(Noop {
+                served: Arc::clone(&served),
+            }))
+    });
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let workers = edge::workers(0);
+    let serving = edge::serve(
+        workers,
+        edge::GrpcListener::Tcp(listener),
+        tls,
+        router,
+        stop_rx,
+    )
+    .map_err(|e| Failure::Fatal(format!("no-op server: {e}")))?;
+    serving
+        .await
+        .map_err(|e| Failure::Fatal(format!("no-op server: {e}")))
 }
 
 struct NoopOptions {
     listen: String,
     duration: Duration,
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 fn parse_noop(args: &[String]) -> Result<NoopOptions, Failure> {
@@ -1060,7 +1069,7 @@ fn tls_acceptor(
     cert: &str,
     key: &str,
     client_ca: &str,
-) -> Result<tokio_rustls::TlsAcceptor, Failure> {
+) -> Result<Arc<rustls::ServerConfig>, Failure> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let fatal = |what: &str, e: &dyn std::fmt::Display| Failure::Fatal(format!("{what}: {e}"));
@@ -1092,101 +1101,11 @@ fn tls_acceptor(
         .with_single_cert(chain, key_der)
         .map_err(|e| fatal(cert, &e))?;
     config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
-}
-
-/// A server-side TLS connection as tonic wants it.
-struct TlsConn(tokio_rustls::server::TlsStream<tokio::net::TcpStream>);
-
-impl tonic::transport::server::Connected for TlsConn {
-    type ConnectInfo = ();
-    fn connect_info(&self) {}
-}
-
-impl tokio::io::AsyncRead for TlsConn {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
-    }
-}
-
-impl tokio::io::AsyncWrite for TlsConn {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().0).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.0.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
-    }
-}
-
-/// Handshaken TLS connections, fed by an accept loop.
-struct TlsIncoming(tokio::sync::mpsc::Receiver<std::io::Result<TlsConn>>);
-
-impl tokio_stream::Stream for TlsIncoming {
-    type Item = std::io::Result<TlsConn>;
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.0.poll_recv(cx)
-    }
-}
-
-/// Accepts TCP connections and hands over those whose handshake succeeds
-/// (a failed handshake only closes that connection).
-fn tls_incoming(
-    listener: tokio::net::TcpListener,
-    acceptor: tokio_rustls::TlsAcceptor,
-) -> TlsIncoming {
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(async move {
-        while !tx.is_closed() {
-            let tcp = match listener.accept().await {
-                Ok((tcp, _)) => tcp,
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-            };
-            let _ = tcp.set_nodelay(true);
-            let acceptor = acceptor.clone();
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                if let Ok(Ok(stream)) =
-                    tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
-                {
-                    let _ = tx.send(Ok(TlsConn(stream))).await;
-                }
-            });
-        }
-    });
-    TlsIncoming(rx)
+    Ok(Arc::new(config))
 }
 
 fn noop_command(options: NoopOptions) -> Result<(), Failure> {
-    // The same runtime as the service's (multi-threaded, one worker per
-    // CPU), so the ceiling it measures is the service's gRPC stack's.
+    // The main runtime accepts, as the service's does; the workers serve.
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
