@@ -223,7 +223,7 @@ pub async fn run(
         router,
         listeners.grpc,
         &l.grpc_tls,
-        crate::service::edge::workers(l.grpc_workers),
+        grpc_workers(&settings),
         stop_rx.clone(),
     )?;
     let http_task = spawn_server(
@@ -557,9 +557,32 @@ fn serve_grpc(
     } else {
         (None, None)
     };
-    let serving = crate::service::edge::serve(workers, listener, tls_config, router, stop)
-        .map_err(|e| AppError::Unsupported(e.to_string()))?;
-    Ok((spawn_server(serving), cert_watch))
+    let unsupported = |e: crate::service::edge::EdgeError| AppError::Unsupported(e.to_string());
+    let task = match workers {
+        0 => spawn_server(
+            crate::service::edge::serve_shared(listener, tls_config, router(), stop)
+                .map_err(unsupported)?,
+        ),
+        n => spawn_server(
+            crate::service::edge::serve(n, listener, tls_config, router, stop)
+                .map_err(unsupported)?,
+        ),
+    };
+    Ok((task, cert_watch))
+}
+
+/// The gRPC workers `GRPC_WORKERS` asks for (0: the shared runtime).
+/// `auto` is what measured best on a small machine (README, Performance):
+/// one per core when the process may use two cores or more; on one core
+/// the shared runtime, which keeps the light-load latency lower there.
+fn grpc_workers(settings: &Settings) -> usize {
+    match settings.listener.grpc_workers {
+        crate::settings::GrpcWorkers::Count(n) => n,
+        crate::settings::GrpcWorkers::Auto => match crate::service::edge::cores() {
+            1 => 0,
+            cores => cores,
+        },
+    }
 }
 
 /// The gRPC services behind the call-statistics layer.

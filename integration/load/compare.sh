@@ -19,7 +19,7 @@
 # or, for a locally built Limitador (see shared/peers/limitador.md), just
 # LIMITADOR=/path/to/limitador-server. A mode whose command is empty is
 # skipped. PIN=1 pins each server to core 0 and the clients and Redis to
-# core 1.
+# core 1. OURS_ENV adds settings to this service (e.g. "GRPC_WORKERS=1").
 #
 # Same descriptors (domain bench, one entry `key`), same clients, same
 # levels (connections x streams: 1x1, 4x16, 8x64):
@@ -104,6 +104,8 @@ start() { # server store: sets $pid and $target
     if [ "$1" = ours ]; then
         local extra=(BACKEND_TYPE=memory)
         [ "$2" = redis ] && extra=(BACKEND_TYPE=redis REDIS_URL="127.0.0.1:$rport")
+        # shellcheck disable=SC2206
+        extra+=(${OURS_ENV:-})
         start_service "${extra[@]}"
         pid=$svc target=$grpc
         return

@@ -70,13 +70,49 @@ pub enum EdgeError {
     TlsOverUnixSocket,
 }
 
-/// How many workers `GRPC_WORKERS = requested` means: the cores this
-/// process may use for 0, else the number asked for.
-pub fn workers(requested: usize) -> usize {
-    match requested {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    }
+/// The cores this process may use: the default number of workers.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Serves `listener` on the calling runtime itself (`GRPC_WORKERS=0`): one
+/// router whose connections the multi-threaded scheduler spreads over its
+/// threads, as before the edge existed. Responses are written one at a
+/// time (see the module doc), but a request and its store call run on any
+/// thread, next to the store's connections.
+pub fn serve_shared(
+    listener: GrpcListener,
+    tls: Option<Arc<ServerConfig>>,
+    router: Router,
+    mut stop: watch::Receiver<bool>,
+) -> Result<impl Future<Output = Result<(), String>> + Send + 'static, EdgeError> {
+    let stopped = async move {
+        let _ = stop.wait_for(|&s| s).await;
+    };
+    let served: std::pin::Pin<
+        Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>,
+    > = match (listener, tls) {
+        (GrpcListener::Unix(_), Some(_)) => return Err(EdgeError::TlsOverUnixSocket),
+        (GrpcListener::Tcp(l), Some(config)) => {
+            let tcp = tokio_stream::wrappers::TcpListenerStream::new(l).filter_map(|c| {
+                let c = c.ok()?;
+                // No Nagle: a small response must not wait for a delayed ACK.
+                c.set_nodelay(true).ok()?;
+                Some(c)
+            });
+            let incoming = super::tls::incoming(tcp, config);
+            Box::pin(router.serve_with_incoming_shutdown(incoming, stopped))
+        }
+        (GrpcListener::Tcp(l), None) => {
+            let incoming = tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true));
+            Box::pin(router.serve_with_incoming_shutdown(incoming, stopped))
+        }
+        (GrpcListener::Unix(l), None) => {
+            let incoming = tokio_stream::wrappers::UnixListenerStream::new(l);
+            Box::pin(router.serve_with_incoming_shutdown(incoming, stopped))
+        }
+    };
+    Ok(async move { served.await.map_err(|e| e.to_string()) })
 }
 
 /// Serves `listener` on `n` workers, each with a router from `router`,

@@ -143,9 +143,20 @@ pub struct ListenerSettings {
     pub grpc_max_connection_age_grace: Duration,
     /// TLS on the gRPC port.
     pub grpc_tls: GrpcTlsSettings,
-    /// `GRPC_WORKERS` (ours): single-threaded runtimes serving gRPC
-    /// connections; 0 means one per core.
-    pub grpc_workers: usize,
+    /// `GRPC_WORKERS` (ours): how gRPC connections are served.
+    pub grpc_workers: GrpcWorkers,
+}
+
+/// `GRPC_WORKERS`: `auto`, or how many single-threaded runtimes serve the
+/// gRPC connections (0: none, the shared multi-threaded runtime does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GrpcWorkers {
+    /// One per core with two cores or more, else none (see
+    /// `app::grpc_workers`).
+    #[default]
+    Auto,
+    /// That many (0: the shared runtime).
+    Count(usize),
 }
 
 /// TLS and mTLS on the gRPC port.
@@ -734,8 +745,10 @@ impl Settings {
                 grpc_max_connection_age: r.get(ENV_GRPC_MAX_CONNECTION_AGE, parse_duration),
                 grpc_max_connection_age_grace: r
                     .get(ENV_GRPC_MAX_CONNECTION_AGE_GRACE, parse_duration),
-                grpc_workers: r.get(ENV_GRPC_WORKERS, |s| {
-                    parse_count(s).map(|n| usize::try_from(n).unwrap_or(usize::MAX).min(1024))
+                grpc_workers: r.get(ENV_GRPC_WORKERS, |s| match s {
+                    "auto" => Ok(GrpcWorkers::Auto),
+                    n => parse_count(n)
+                        .map(|n| GrpcWorkers::Count(usize::try_from(n).unwrap_or(1024).min(1024))),
                 }),
                 grpc_tls: GrpcTlsSettings {
                     enabled: r.get(ENV_GRPC_SERVER_USE_TLS, parse_bool),
@@ -1139,6 +1152,21 @@ mod tests {
             .iter()
             .map(|v| (v.name, v.error.clone()))
             .collect()
+    }
+
+    #[test]
+    fn grpc_workers_are_auto_by_default_or_a_count() {
+        assert_eq!(Settings::default().listener.grpc_workers, GrpcWorkers::Auto);
+        for (value, want) in [
+            ("auto", GrpcWorkers::Auto),
+            ("0", GrpcWorkers::Count(0)),
+            ("3", GrpcWorkers::Count(3)),
+            ("100000", GrpcWorkers::Count(1024)),
+        ] {
+            let s = parse(&[("GRPC_WORKERS", value)]).expect("valid");
+            assert_eq!(s.listener.grpc_workers, want, "{value}");
+        }
+        assert_eq!(errors(&[("GRPC_WORKERS", "many")]).len(), 1);
     }
 
     #[test]

@@ -143,8 +143,9 @@ pub const ENV_DECISION_AUDIT_SAMPLE: &str = "DECISION_AUDIT_SAMPLE";
 pub const ENV_DECISION_AUDIT_MAX_LIMIT: &str = "DECISION_AUDIT_MAX_LIMIT";
 
 /// How many single-threaded runtimes serve the gRPC connections (each
-/// connection is served by one of them); `0` is one per core. Ours;
-/// default `0`.
+/// connection is served by one of them); `0`: none, the shared
+/// multi-threaded runtime serves them; `auto`: one per core with two cores
+/// or more, else `0`. Ours; default `auto`.
 pub const ENV_GRPC_WORKERS: &str = "GRPC_WORKERS";
 
 /// Variables this service adds to the original's. Each is opt-in: its
@@ -248,8 +249,8 @@ pub static EXTENSIONS: &[VarSpec] = &[
     },
     VarSpec {
         name: ENV_GRPC_WORKERS,
-        kind: Kind::Int,
-        default: "0",
+        kind: Kind::String,
+        default: "auto",
         support: Support::Active,
     },
     VarSpec {

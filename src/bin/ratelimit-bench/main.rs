@@ -1009,18 +1009,27 @@ async fn serve_noop(
         shutdown.await;
         let _ = stop_tx.send(true);
     });
-    let workers = edge::workers(0);
-    let serving = edge::serve(
-        workers,
-        edge::GrpcListener::Tcp(listener),
-        tls,
-        router,
-        stop_rx,
-    )
-    .map_err(|e| Failure::Fatal(format!("no-op server: {e}")))?;
-    serving
-        .await
-        .map_err(|e| Failure::Fatal(format!("no-op server: {e}")))
+    // GRPC_WORKERS as the service reads it (a number; 0: the shared
+    // runtime), one per core by default: the memory store's default.
+    let workers = std::env::var("GRPC_WORKERS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or_else(edge::cores);
+    let fatal = |e: &dyn std::fmt::Display| Failure::Fatal(format!("no-op server: {e}"));
+    let listener = edge::GrpcListener::Tcp(listener);
+    let served = match workers {
+        0 => {
+            edge::serve_shared(listener, tls, router(), stop_rx)
+                .map_err(|e| fatal(&e))?
+                .await
+        }
+        n => {
+            edge::serve(n, listener, tls, router, stop_rx)
+                .map_err(|e| fatal(&e))?
+                .await
+        }
+    };
+    served.map_err(|e| fatal(&e))
 }
 
 struct NoopOptions {
