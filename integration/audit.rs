@@ -214,6 +214,16 @@ async fn check_sharded(svc: &Service) {
     assert_eq!(r["within_bound"], true);
 }
 
+/// Every rule kind's traffic and what its row must say.
+async fn check_every_algorithm(svc: &Service) {
+    check_boundary_burst(svc, "original").await;
+    check_boundary_burst(svc, "fixed").await;
+    check_exact(svc, "log").await;
+    check_exact(svc, "bucket").await;
+    check_sliding_window(svc).await;
+    check_sharded(svc).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_memory_each_rule_is_measured_against_its_contract() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -225,12 +235,7 @@ async fn on_memory_each_rule_is_measured_against_its_contract() {
         ("USE_PROMETHEUS", "true"),
         ("PROMETHEUS_ADDR", &prometheus),
     ]));
-    check_boundary_burst(&svc, "original").await;
-    check_boundary_burst(&svc, "fixed").await;
-    check_exact(&svc, "log").await;
-    check_exact(&svc, "bucket").await;
-    check_sliding_window(&svc).await;
-    check_sharded(&svc).await;
+    check_every_algorithm(&svc).await;
     // Statistics in the original's per-rule naming, and in Prometheus.
     assert_eq!(
         svc.stat("ratelimit.service.rate_limit.a.original.audit_over"),
@@ -257,12 +262,7 @@ async fn on_memory_each_rule_is_measured_against_its_contract() {
 async fn on_redis_the_reference_runs_in_the_same_script() {
     let redis = RedisServer::start();
     let svc = start(&redis_env("single", &redis.addr()));
-    check_boundary_burst(&svc, "original").await;
-    check_boundary_burst(&svc, "fixed").await;
-    check_exact(&svc, "log").await;
-    check_exact(&svc, "bucket").await;
-    check_sliding_window(&svc).await;
-    check_sharded(&svc).await;
+    check_every_algorithm(&svc).await;
     // The references are Redis keys beside the limits' own, one per
     // descriptor and limit (the 1 s ones have expired by now).
     let keys = redis.cli(&["--scan", "--pattern", "*audit*"]);

@@ -76,20 +76,7 @@ EOF
 . integration/load/service.sh
 
 # One gRPC-framed ShouldRateLimit request (domain bench, key=h2load).
-python3 - "$work/body.bin" <<'PY'
-import sys
-def varint(n):
-    out = b""
-    while True:
-        b, n = n & 0x7F, n >> 7
-        if not n:
-            return out + bytes([b])
-        out += bytes([b | 0x80])
-def field(num, data):
-    return varint(num << 3 | 2) + varint(len(data)) + data
-req = field(1, b"bench") + field(2, field(1, field(1, b"key") + field(2, b"h2load")))
-open(sys.argv[1], "wb").write(b"\0" + len(req).to_bytes(4, "big") + req)
-PY
+python3 integration/load/h2load_body.py "$work/body.bin"
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 wait_port() { # port
