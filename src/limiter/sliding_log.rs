@@ -123,10 +123,19 @@ impl SlidingLog {
     /// The costs `state` holds in the window ending at `now` (or at its
     /// high-water mark, if later).
     pub fn in_window(&self, state: &SlidingLogState, now: Duration) -> u64 {
-        let (state, _) = self.pruned(Some(state.clone()), now);
+        let w = u128::from(self.per.window_ns);
+        let newest = state
+            .hits
+            .iter()
+            .map(|hit| hit.at)
+            .max()
+            .unwrap_or(Duration::ZERO);
+        let at = now.max(state.latest).max(newest).as_nanos();
+        // What `pruned` would keep, counted in place: (at − window, at].
         state
             .hits
             .iter()
+            .filter(|hit| hit.at.as_nanos() + w > at)
             .fold(0, |sum, hit| sum.saturating_add(hit.cost))
     }
 
@@ -521,6 +530,28 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(500))]
+        /// `in_window` counts in place what `pruned` keeps (the audit reads
+        /// it on every audited decision, without copying the log).
+        #[test]
+        fn in_window_counts_what_the_window_keeps(
+            hits in prop::collection::vec((0u64..5_000, 1u64..4), 0..40),
+            latest in 0u64..5_000,
+            now in 0u64..6_000,
+        ) {
+            let l = SlidingLog::reference(5_000, Duration::from_millis(1_000)).expect("valid");
+            let state = SlidingLogState {
+                hits: hits
+                    .iter()
+                    .map(|&(at, cost)| Hit { at: Duration::from_millis(at), cost })
+                    .collect(),
+                latest: Duration::from_millis(latest),
+            };
+            let now = Duration::from_millis(now);
+            let (kept, _) = l.pruned(Some(state.clone()), now);
+            let expected: u64 = kept.hits.iter().map(|h| h.cost).sum();
+            prop_assert_eq!(l.in_window(&state, now), expected);
+        }
+
 
         /// Monotone time: exact (same decisions as a naive log), never above
         /// the limit in a window, exact retries and remaining.

@@ -45,6 +45,8 @@ end
 
 local a = 2
 local k = 0
+-- Field f (0 hits, 1 ttl, 2 limit) of key i of the decision at a.
+local function arg(i, f) return ARGV[a + 3 * (i - 1) + f] end
 for _ = 1, tonumber(ARGV[1]) do
   local mode = ARGV[a]
   local n = tonumber(ARGV[a + 1])
@@ -54,7 +56,6 @@ for _ = 1, tonumber(ARGV[1]) do
     nonce = ARGV[a]
     a = a + 1
   end
-  local function arg(i, f) return ARGV[a + 3 * (i - 1) + f] end
   if mode == 'always' then
     -- The common case, kept free of tables: Redis spends its time here.
     for i = 1, n do
