@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ratelimit::limiter::fixed_window::Window;
 use ratelimit::limiter::ManualClock;
-use ratelimit::store::{Increment, IncrementPolicy, MemoryStore, StoreExt};
+use ratelimit::store::{Item, Limit, MemoryStore, OriginalWindow, Policy, StoreExt};
 
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
@@ -35,21 +35,22 @@ fn main() {
     rt.block_on(async {
         let mut batch = Vec::with_capacity(1000);
         for i in 0..n {
-            batch.push(Increment {
-                key: format!(
+            let counter = OriginalWindow {
+                limit: 1000,
+                window,
+                ttl_seconds: 60,
+            };
+            batch.push(Item::new(
+                format!(
                     "rl_tenant_tenant-{i:08}_path_/api/v1/items_{}",
                     window.start
                 ),
-                hits: 1,
-                window,
-                ttl_seconds: 60,
-                limit: 1000,
-                on_failure: Default::default(),
-                reference: None,
-            });
+                Limit::Counter(counter),
+                1,
+            ));
             if batch.len() == 1000 {
                 store
-                    .increment(&batch, IncrementPolicy::Always)
+                    .count(&batch, Policy::Commit)
                     .await
                     .expect("memory store never fails");
                 batch.clear();
@@ -57,7 +58,7 @@ fn main() {
         }
         if !batch.is_empty() {
             store
-                .increment(&batch, IncrementPolicy::Always)
+                .count(&batch, Policy::Commit)
                 .await
                 .expect("memory store never fails");
         }

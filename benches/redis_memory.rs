@@ -18,7 +18,7 @@ use ratelimit::limiter::{AlgorithmName, Limiter};
 use ratelimit::store::key::algorithm_key;
 use ratelimit::store::redis::url::{Credentials, Target};
 use ratelimit::store::redis::{connect, RedisOptions, StartupRetry};
-use ratelimit::store::{Check, CheckedLimit, Store, StoreExt};
+use ratelimit::store::{Item, Limit, Store, StoreExt};
 use support::redis::RedisServer;
 
 /// Sums `MEMORY USAGE` and `PTTL` over the keys matching `ARGV[1]`.
@@ -70,9 +70,9 @@ fn main() {
         let suffix = format!("{}:3600s", algorithm.key_tag());
         rt.block_on(async {
             for chunk in (0..n).collect::<Vec<_>>().chunks(200) {
-                let batch: Vec<Check> = chunk
+                let batch: Vec<Item> = chunk
                     .iter()
-                    .map(|i| Check {
+                    .map(|i| Item {
                         key: algorithm_key(
                             "",
                             "api",
@@ -80,11 +80,12 @@ fn main() {
                             None,
                             &suffix,
                         ),
-                        limit: CheckedLimit::Algorithm(limiter),
+                        limit: Limit::Algorithm(limiter),
                         cost: 1,
                         binding: true,
                         on_failure: Default::default(),
                         lease: false,
+                        node: None,
                     })
                     .collect();
                 let reply = store.check(&batch).await.expect("check");
@@ -142,13 +143,14 @@ fn main() {
                 None,
                 "sl:3600s",
             );
-            let check = Check {
+            let check = Item {
                 key,
-                limit: CheckedLimit::Algorithm(limiter),
+                limit: Limit::Algorithm(limiter),
                 cost: 100,
                 binding: true,
                 on_failure: Default::default(),
                 lease: false,
+                node: None,
             };
             assert!(store.check(&[check]).await.expect("check").committed);
         }

@@ -12,6 +12,9 @@
 //!   by policy, and the comparison resumes after it;
 //! - with sampling off nothing is audited and no reference is written.
 
+// Tests and the load tool measure the real elapsed time of real processes.
+#![allow(clippy::disallowed_types)]
+
 mod support;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

@@ -1,6 +1,5 @@
-//! Every test vector of `shared/compat/config-and-matching.md` §9 as a named
-//! test: load vectors (§9.3), matching vectors (§9.2), `replaces` (§9.4) and
-//! cache keys (§9.6). The vectors are extracted to `integration/compat/`
+//! Every recorded test vector of the original as a named test: load
+//! vectors, matching vectors, `replaces` and cache keys. The vectors are extracted to `integration/compat/`
 //! by `integration/compat/extract.py`; their expectations are the original
 //! service's outputs.
 //!
@@ -23,15 +22,15 @@ use serde_json::Value;
 const DELIBERATE: &[(&str, &str)] = &[
     (
         "extra/detailed-metric-edge/detailed-empty-value-keeps-underscore",
-        "the original drops rule metadata when detailed_metric rewrites the stats key (§8 #11); we keep it",
+        "the original drops rule metadata when detailed_metric rewrites the stats key; we keep it",
     ),
     (
         "extra/detailed-metric-edge/detailed-leaf-loses-metadata",
-        "the original drops rule metadata when detailed_metric rewrites the stats key (§8 #11); we keep it",
+        "the original drops rule metadata when detailed_metric rewrites the stats key; we keep it",
     ),
     (
         "extra/detailed-metric-edge/v2m-changed-key-loses-metadata",
-        "the original drops rule metadata when value_to_metric rewrites the stats key (§8 #11); we keep it",
+        "the original drops rule metadata when value_to_metric rewrites the stats key; we keep it",
     ),
 ];
 

@@ -5,6 +5,9 @@
 //! an outage follows the rules' `failure_mode`, and `MEMCACHE_SRV` finds
 //! the servers through DNS.
 
+// Tests and the load tool measure the real elapsed time of real processes.
+#![allow(clippy::disallowed_types)]
+
 mod support;
 
 use std::time::Duration;

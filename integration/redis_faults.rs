@@ -12,6 +12,9 @@
 //! what a call waited before): these machines are shared. The measured
 //! times are printed.
 
+// Tests and the load tool measure the real elapsed time of real processes.
+#![allow(clippy::disallowed_types)]
+
 mod support;
 
 use std::time::{Duration, Instant};

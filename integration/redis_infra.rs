@@ -2,6 +2,9 @@
 //! on free loopback ports, a 6-node cluster, a sentinel group, and that no
 //! process outlives its owner.
 
+// Tests and the load tool measure the real elapsed time of real processes.
+#![allow(clippy::disallowed_types)]
+
 mod support;
 
 use std::collections::HashSet;

@@ -56,6 +56,7 @@ impl Layout {
             ignore_dotfiles: false,
             watch_root,
             merge_domains: false,
+            original_windows_only: false,
         };
         Layout { tmp, opts }
     }

@@ -1,6 +1,8 @@
-//! runtime.md §14.1 (service-level cases SV-1 … SV-25) and §14.6 (HTTP
-//! endpoint cases H-1 … H-4) against the real binary on the memory store,
+//! The original's service-level cases and HTTP endpoint cases against the real binary on the memory store,
 //! plus the bad-input cases of the service issue.
+
+// Tests and the load tool measure the real elapsed time of real processes.
+#![allow(clippy::disallowed_types)]
 
 mod support;
 
@@ -407,16 +409,16 @@ async fn two(
 #[tokio::test]
 async fn sv14_to_sv18_quota_mode_per_rule() {
     let svc = start(&[]);
-    // SV-16: normal OK, quota OK → OK.
+    // normal OK, quota OK → OK.
     assert_eq!(two(&svc, "normal", "q1", "s16").await.overall_code, OK);
-    // SV-14: normal over, quota not → OVER.
+    // normal over, quota not → OVER.
     hit(&svc, vec![desc(&[("normal", "s14")])], 2).await;
     assert_eq!(two(&svc, "normal", "q1", "s14").await.overall_code, OVER);
-    // SV-15: normal OK, the only quota descriptor over → OVER, status stays OVER.
+    // normal OK, the only quota descriptor over → OVER, status stays OVER.
     hit(&svc, vec![desc(&[("q1", "s15")])], 2).await;
     let r = two(&svc, "normal", "q1", "s15").await;
     assert_eq!((r.overall_code, r.statuses[1].code), (OVER, OVER));
-    // SV-17: two quota rules, only one over → OK with statuses [OVER, OK].
+    // two quota rules, only one over → OK with statuses [OVER, OK].
     hit(&svc, vec![desc(&[("q1", "s17")])], 2).await;
     let r = two(&svc, "q1", "q2", "s17").await;
     assert_eq!(r.overall_code, OK);
@@ -429,7 +431,7 @@ async fn sv14_to_sv18_quota_mode_per_rule() {
     )
     .await;
     assert_eq!(two(&svc, "q1", "q2", "both").await.overall_code, OVER);
-    // SV-18: both quota over with global shadow mode → OK, counter +1.
+    // both quota over with global shadow mode → OK, counter +1.
     let svc = start(&[("SHADOW_MODE", "true")]);
     hit(&svc, vec![desc(&[("q1", "x")]), desc(&[("q2", "x")])], 3).await;
     assert_eq!(two(&svc, "q1", "q2", "x").await.overall_code, OK);
@@ -477,14 +479,14 @@ async fn sv19_to_sv21_dynamic_metadata() {
         })
         .collect();
     assert_eq!(entries, ["regular=limit", "quota=limit"]);
-    // SV-20: both OK, distinct keys merge.
+    // both OK, distinct keys merge.
     let r = two(&svc, "regular", "other", "limit").await;
     let md = r.dynamic_metadata.expect("metadata");
     let Some(Kind::StructValue(m)) = metadata_field(&md, "metadata") else {
         panic!("metadata struct")
     };
     assert_eq!(m.fields.len(), 2);
-    // SV-21: same key, first wins.
+    // same key, first wins.
     let r = two(&svc, "regular", "same", "limit").await;
     let md = r.dynamic_metadata.expect("metadata");
     let Some(Kind::StructValue(m)) = metadata_field(&md, "metadata") else {
@@ -957,7 +959,7 @@ fn bad_settings_are_all_named_and_exit_1() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
-/// The original waits forever for open streams on shutdown (`[W22]`): an
+/// The original waits forever for open streams on shutdown: an
 /// open health `Watch` stream must not keep the process alive past
 /// `SHUTDOWN_TIMEOUT`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,29 +11,28 @@ use ratelimit::limiter::fixed_window::Window;
 use ratelimit::limiter::{AlgorithmName, Decision, Limiter};
 use ratelimit::limiter::{Clock, SystemClock};
 use ratelimit::resilience::{self, BreakerOptions, ResilienceOptions};
-use ratelimit::settings::RedisType;
 use ratelimit::store::redis::url::{Credentials, Target};
 use ratelimit::store::redis::{connect, RedisOptions, RedisStore, StartupRetry};
-use ratelimit::store::{
-    Check, CheckedLimit, Commit, Increment, IncrementPolicy, MemoryStore, Store, StoreExt,
-};
+use ratelimit::store::{Item, Limit, MemoryStore, OriginalWindow, Policy, Store, StoreExt};
 use support::redis::{RedisCluster, RedisSentinel, RedisServer};
 
 fn now() -> u64 {
     SystemClock.now_secs()
 }
 
-/// An increment of `key` in the current hour window (tests stay in one window).
-fn inc(key: &str, hits: u64, limit: u64) -> Increment {
-    Increment {
-        key: key.to_string(),
-        hits,
+/// The original's window of `limit` in the current hour (tests stay in one
+/// window).
+fn hour_window(limit: u64) -> OriginalWindow {
+    OriginalWindow {
+        limit,
         window: Window::containing(now(), 3600),
         ttl_seconds: 3600,
-        limit,
-        on_failure: Default::default(),
-        reference: None,
     }
+}
+
+/// The original's counter on `key`, counted the original's way.
+fn inc(key: &str, hits: u64, limit: u64) -> Item {
+    Item::new(key, Limit::Counter(hour_window(limit)), hits)
 }
 
 fn options(target: Target) -> RedisOptions {
@@ -92,42 +91,30 @@ async fn wrapped_redis_store(target: Target) -> Arc<dyn Store> {
 async fn counts_per_key(store: Arc<dyn Store>, p: &str) {
     let (a, b) = (format!("{p}a"), format!("{p}b"));
     let batch = [inc(&a, 1, 10), inc(&b, 2, 10)];
+    assert_eq!(store.count(&batch, Policy::Commit).await, Ok(vec![1, 2]));
+    assert_eq!(store.count(&batch, Policy::Commit).await, Ok(vec![2, 4]));
     assert_eq!(
-        store.increment(&batch, IncrementPolicy::Always).await,
-        Ok(vec![1, 2])
-    );
-    assert_eq!(
-        store.increment(&batch, IncrementPolicy::Always).await,
-        Ok(vec![2, 4])
-    );
-    assert_eq!(
-        store
-            .increment(&[inc(&a, 0, 10)], IncrementPolicy::Always)
-            .await,
+        store.count(&[inc(&a, 0, 10)], Policy::Commit).await,
         Ok(vec![2])
     );
     assert_eq!(
-        store
-            .increment(&[inc(&a, 0, 10)], IncrementPolicy::Always)
-            .await,
+        store.count(&[inc(&a, 0, 10)], Policy::Commit).await,
         Ok(vec![2])
     );
 }
 
-/// runtime.md §14.2 C-18: only the counters that would exceed move.
+/// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: when any counter would pass its
+/// limit, only the counters that would pass it move.
 async fn stop_increment_when_over_limit(store: Arc<dyn Store>, p: &str) {
     let (a, b) = (format!("{p}a"), format!("{p}b"));
     let seed = [inc(&a, 10, 15), inc(&b, 10, 14)];
-    store
-        .increment(&seed, IncrementPolicy::Always)
-        .await
-        .expect("seed");
-    let policy = IncrementPolicy::OnlyIfNoneWouldExceed;
+    store.count(&seed, Policy::Commit).await.expect("seed");
+    let policy = Policy::CommitStopping;
     let one = [inc(&a, 1, 15), inc(&b, 1, 14)];
-    assert_eq!(store.increment(&one, policy).await, Ok(vec![11, 11]));
+    assert_eq!(store.count(&one, policy).await, Ok(vec![11, 11]));
     let two = [inc(&a, 2, 15), inc(&b, 2, 14)];
-    assert_eq!(store.increment(&two, policy).await, Ok(vec![13, 13]));
-    assert_eq!(store.increment(&two, policy).await, Ok(vec![13, 15]));
+    assert_eq!(store.count(&two, policy).await, Ok(vec![13, 13]));
+    assert_eq!(store.count(&two, policy).await, Ok(vec![13, 15]));
 }
 
 /// Keys of one request on many nodes come back in request order.
@@ -136,10 +123,7 @@ async fn many_keys_keep_their_order(store: Arc<dyn Store>, p: &str) {
         .map(|i| inc(&format!("{p}k{i}"), i + 1, 1000))
         .collect();
     let want: Vec<u64> = (0..50u64).map(|i| i + 1).collect();
-    assert_eq!(
-        store.increment(&batch, IncrementPolicy::Always).await,
-        Ok(want)
-    );
+    assert_eq!(store.count(&batch, Policy::Commit).await, Ok(want));
 }
 
 /// No lost updates: 64 concurrent callers on one key.
@@ -152,7 +136,7 @@ async fn no_lost_updates(store: Arc<dyn Store>, p: &str) {
             tokio::spawn(async move {
                 for _ in 0..50 {
                     store
-                        .increment(&[inc(&key, 1, u64::MAX)], IncrementPolicy::Always)
+                        .count(&[inc(&key, 1, u64::MAX)], Policy::Commit)
                         .await
                         .expect("increment");
                 }
@@ -163,9 +147,7 @@ async fn no_lost_updates(store: Arc<dyn Store>, p: &str) {
         t.await.expect("task");
     }
     assert_eq!(
-        store
-            .increment(&[inc(&key, 0, 0)], IncrementPolicy::Always)
-            .await,
+        store.count(&[inc(&key, 0, 0)], Policy::Commit).await,
         Ok(vec![64 * 50])
     );
 }
@@ -173,15 +155,9 @@ async fn no_lost_updates(store: Arc<dyn Store>, p: &str) {
 const HOUR: Duration = Duration::from_secs(3600);
 
 /// A check of `limit` per hour on `key` with `algorithm`.
-fn check(key: &str, algorithm: AlgorithmName, limit: u64, cost: u64) -> Check {
-    Check {
-        key: key.to_string(),
-        limit: CheckedLimit::Algorithm(Limiter::new(algorithm, limit, HOUR, None).expect("valid")),
-        cost,
-        binding: true,
-        on_failure: Default::default(),
-        lease: false,
-    }
+fn check(key: &str, algorithm: AlgorithmName, limit: u64, cost: u64) -> Item {
+    let limiter = Limiter::new(algorithm, limit, HOUR, None).expect("valid");
+    Item::new(key, Limit::Algorithm(limiter), cost)
 }
 
 /// Every algorithm admits exactly its capacity at once, then refuses with a
@@ -266,7 +242,7 @@ async fn all_or_nothing(store: Arc<dyn Store>, p: &str) {
     assert_eq!(left.results[0].decision.remaining(), 98);
     // Decide only: nothing taken even when everything passes.
     let reply = store
-        .check_with(&[check(&a, tb, 100, 1)], Commit::Never)
+        .check_with(&[check(&a, tb, 100, 1)], Policy::Decide)
         .await
         .expect("check");
     assert!(!reply.committed && reply.results[0].decision.is_allowed());
@@ -290,21 +266,9 @@ async fn all_or_nothing(store: Arc<dyn Store>, p: &str) {
 /// original's key and value: an `increment` (the original's way) sees them.
 async fn original_window_shares_the_original_counter(store: Arc<dyn Store>, p: &str) {
     let key = format!("{p}orig");
-    let window = Window::containing(now(), 3600);
-    let original = |cost| Check {
-        key: key.clone(),
-        limit: CheckedLimit::OriginalWindow {
-            limit: 3,
-            window,
-            ttl_seconds: 3600,
-        },
-        cost,
-        binding: true,
-        on_failure: Default::default(),
-        lease: false,
-    };
+    let original = |cost| Item::new(key.clone(), Limit::Window(hour_window(3)), cost);
     store
-        .increment(&[inc(&key, 1, 3)], IncrementPolicy::Always)
+        .count(&[inc(&key, 1, 3)], Policy::Commit)
         .await
         .expect("seed as the original would");
     let reply = store.check(&[original(2)]).await.expect("check");
@@ -318,11 +282,49 @@ async fn original_window_shares_the_original_counter(store: Arc<dyn Store>, p: &
         .retry_after()
         .is_some_and(|r| r > Duration::ZERO && r <= HOUR));
     assert_eq!(
-        store
-            .increment(&[inc(&key, 0, 3)], IncrementPolicy::Always)
-            .await,
+        store.count(&[inc(&key, 0, 3)], Policy::Commit).await,
         Ok(vec![3])
     );
+}
+
+/// A request that mixes the original's counters with opt-in limits is one
+/// work: the counters count whatever the rest decides, and a binding
+/// counter over its limit takes nothing from the opt-in limits, also when
+/// they sit on other slots (reserve, then refund).
+async fn mixed_work_counts_the_counters_and_vetoes_the_rest(store: Arc<dyn Store>, p: &str) {
+    let counter_key = format!("{p}mixed_orig");
+    let (a, tb) = (format!("{p}rl2:{{mixed}}:tb"), AlgorithmName::TokenBucket);
+    let work = [inc(&counter_key, 1, 1), check(&a, tb, 100, 1)];
+    let first = store.check(&work).await.expect("mixed");
+    assert!(first.committed);
+    assert_eq!(first.results[0].count, 1);
+    assert!(first.results[0].decision.is_allowed());
+    assert_eq!(first.results[1].decision.remaining(), 99);
+    let second = store.check(&work).await.expect("mixed");
+    assert!(!second.committed, "the counter is over its limit");
+    assert_eq!(second.results[0].count, 2, "the counter counted anyway");
+    assert!(!second.results[0].decision.is_allowed());
+    let left = store.check(&[check(&a, tb, 100, 0)]).await.expect("peek");
+    assert_eq!(left.results[0].decision.remaining(), 99, "nothing taken");
+    // A counter that does not bind (shadow mode, quota) vetoes nothing.
+    let mut shadow = inc(&counter_key, 1, 1);
+    shadow.binding = false;
+    let third = store
+        .check(&[shadow, check(&a, tb, 100, 1)])
+        .await
+        .expect("mixed");
+    assert!(third.committed);
+    assert_eq!(third.results[0].count, 3);
+    // Deciding only still counts the counters, as the original counts
+    // every request.
+    let decided = store
+        .check_with(&work, Policy::Decide)
+        .await
+        .expect("decide");
+    assert!(!decided.committed);
+    assert_eq!(decided.results[0].count, 4);
+    let left = store.check(&[check(&a, tb, 100, 0)]).await.expect("peek");
+    assert_eq!(left.results[0].decision.remaining(), 98);
 }
 
 /// No excess from races: 64 concurrent callers on one key of every
@@ -418,6 +420,7 @@ async fn all_bodies(store: Arc<dyn Store>, clustered: bool) {
     each_algorithm_admits_its_capacity(Arc::clone(&store), "t5_").await;
     all_or_nothing(Arc::clone(&store), "t6_").await;
     original_window_shares_the_original_counter(Arc::clone(&store), "t7_").await;
+    mixed_work_counts_the_counters_and_vetoes_the_rest(Arc::clone(&store), "t7m_").await;
     no_excess_under_concurrency(Arc::clone(&store), "t8_").await;
     let early = refused_requests_take_nothing(Arc::clone(&store), "t9_").await;
     println!("early refusals while refused pairs held a reservation: {early}");
@@ -503,11 +506,11 @@ async fn redis_cluster_wrapped() {
 
 #[test]
 fn url_targets_cover_every_type() {
-    use ratelimit::store::redis::url::parse;
+    use ratelimit::store::redis::url::{parse, Deployment};
     assert!(matches!(
         parse(
             "REDIS_URL",
-            RedisType::Cluster,
+            Deployment::Cluster,
             "tcp",
             "127.0.0.1:1,127.0.0.1:2"
         ),

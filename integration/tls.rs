@@ -1,4 +1,4 @@
-//! gRPC over TLS and mTLS (runtime.md §12.4, §14.4 I-6, I-7) against the
+//! gRPC over TLS and mTLS against the
 //! real binary, with certificates made by the test.
 
 mod support;

@@ -4,6 +4,9 @@
 //! from its `traceparent`, and a dead collector costing the requests
 //! nothing.
 
+// Tests and the load tool measure the real elapsed time of real processes.
+#![allow(clippy::disallowed_types)]
+
 mod support;
 
 use std::time::{Duration, Instant};

@@ -5,16 +5,19 @@
 //! after the server restarts, TLS both ways, and the environment Envoy
 //! Gateway starts the container with, verbatim.
 
+// Tests and the load tool measure the real elapsed time of real processes.
+#![allow(clippy::disallowed_types)]
+
 mod support;
 
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use envoy_types::pb::google::protobuf::Any;
-use ratelimit::config::xds::resource::proto::{
+use ratelimit::config::xds::proto::{
     RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
 };
-use ratelimit::config::xds::resource::TYPE_URL;
+use ratelimit::config::xds::TYPE_URL;
 use support::certs::{ca, leaf, tls_client};
 use support::otlp::OtlpReceiver;
 use support::redis::{has_setpriv, RedisServer};

@@ -1,11 +1,11 @@
 //! Wiring and lifecycle: settings in, a running service out, until a
-//! shutdown signal (runtime.md §1.2–§1.4).
+//! shutdown signal.
 //!
 //! Start-up order keeps the original's observable consequences: the store is
 //! created and the first configuration event (success or failure) is awaited
 //! (unless `FORCE_START_WITHOUT_INITIAL_CONFIG`) before any port listens.
 //!
-//! Shutdown fixes the original's hang (`[W22]`): SIGTERM first fails the
+//! Shutdown fixes the original's hang: SIGTERM first fails the
 //! health check, then waits the drain window so load balancers stop sending,
 //! then stops accepting and lets in-flight calls finish, with a hard deadline
 //! after which remaining connections (health `Watch` streams included) are
@@ -22,21 +22,28 @@ use tokio::sync::watch;
 
 use crate::config::provider::ProviderOptions;
 use crate::config::watcher::{ConfigWatcher, ReloadStatus};
-use crate::config::xds::{Backoff, XdsOptions, XdsProvider, XdsTls};
 use crate::config::LiveConfig;
-use crate::engine::{Engine, EngineOptions, FailureDefaults, HeaderNames, LocalCache};
+use crate::engine::{
+    Engine, EngineOptions, FailureDefaults, HeaderFormat, HeaderNames, LocalCache,
+};
 use crate::hotkeys::{HotKeysView, TopKeys};
 use crate::limiter::{Clock, SystemClock};
 use crate::metrics::{LocalCacheGauges, MetricsHandle, MetricsOptions, Stats};
-use crate::resilience::{self, BreakerOptions, ResilienceOptions};
+use crate::resilience::{self, BreakerOptions, LeaseOptions, Leases, ResilienceOptions};
 use crate::service::edge::GrpcListener;
 use crate::service::health::{Component, Health};
 use crate::service::rls::RlsServer;
-use crate::settings::{BackendType, ConfigType, Settings};
+use crate::settings::{
+    BackendType, ClientTlsSettings, ConfigType, HeaderFormatSetting, LeaseSettings, RedisSettings,
+    RedisType, Settings,
+};
 use crate::store::memcache::{MemcacheOptions, MemcacheStore};
 use crate::store::memory::SweeperGuard;
-use crate::store::redis::{RedisOptions, StartupRetry};
-use crate::store::{MemoryStore, Store};
+use crate::store::redis::url::Deployment;
+use crate::store::redis::{RedisAddress, RedisOptions, StartupRetry};
+use crate::store::tls::ClientTls;
+use crate::store::{InProcess, MemoryStore, Placement, Store};
+use crate::xds::{Backoff, XdsOptions, XdsProvider, XdsTls};
 
 /// grpc-go's default maximum received message size.
 pub const MAX_GRPC_MESSAGE: usize = 4 * 1024 * 1024;
@@ -150,7 +157,7 @@ pub async fn run(
     let service_stats = Arc::new(Stats::new());
 
     // A signal during start-up (waiting for Redis or the first config) ends
-    // the start-up cleanly (the original panics or ignores it, `[W22]`).
+    // the start-up cleanly (the original panics or ignores it).
     let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
 
     // The store.
@@ -179,7 +186,8 @@ pub async fn run(
         engine_options(&settings),
         local_cache,
         service_stats,
-    );
+    )
+    .with_placement(Arc::clone(&built.placement));
     let hot_keys = (settings.hot_keys.top_k > 0).then(|| HotKeysView {
         top: Arc::new(TopKeys::new(settings.hot_keys.top_k)),
         leases: built.leases.as_ref().map(|l| l.table()),
@@ -334,6 +342,7 @@ async fn start_config(
                 ignore_dotfiles: rt.ignore_dot_files,
                 watch_root: rt.watch_root,
                 merge_domains: settings.config_provider.merge_domain_config,
+                original_windows_only: original_windows_only(settings),
             };
             let (watcher, status) = ConfigWatcher::start(opts, live.clone())?;
             (ConfigSource::Files(watcher), status)
@@ -422,7 +431,7 @@ fn xds_options(settings: &Settings) -> Result<XdsOptions, AppError> {
     Ok(XdsOptions {
         server_url: x.server_url.clone(),
         node_id: x.node_id.clone(),
-        node_metadata: crate::config::xds::parse_node_metadata(&x.node_metadata),
+        node_metadata: crate::xds::parse_node_metadata(&x.node_metadata),
         headers: x
             .additional_headers
             .iter()
@@ -438,8 +447,17 @@ fn xds_options(settings: &Settings) -> Result<XdsOptions, AppError> {
         max_message_size: usize::try_from(x.max_msg_size_in_bytes)
             .ok()
             .filter(|n| *n > 0),
-        merge_domains: settings.config_provider.merge_domain_config,
+        load: crate::config::LoadOptions {
+            merge_domains: settings.config_provider.merge_domain_config,
+            original_windows_only: original_windows_only(settings),
+        },
     })
+}
+
+/// Whether the store holds the original's fixed windows only (memcache):
+/// the config loader then refuses rules it cannot count.
+fn original_windows_only(settings: &Settings) -> bool {
+    settings.limiter.backend_type == BackendType::Memcache
 }
 
 /// What the engine does beyond matching, from the settings.
@@ -460,12 +478,12 @@ fn engine_options(settings: &Settings) -> EngineOptions {
             remaining: r.headers.remaining.clone(),
             reset: r.headers.reset.clone(),
         }),
-        header_format: r.headers.format,
+        header_format: match r.headers.format {
+            HeaderFormatSetting::Original => HeaderFormat::Original,
+            HeaderFormatSetting::Ietf => HeaderFormat::Ietf,
+            HeaderFormatSetting::XRateLimit => HeaderFormat::XRateLimit,
+        },
         retry_after_jitter: r.headers.retry_after_jitter,
-        // The memory store has nothing to wait for; Redis and memcache are
-        // wrapped in the same deadline per call (resilience::Deadline).
-        store_timeout: (settings.limiter.backend_type != BackendType::Memory)
-            .then_some(settings.store_failure.timeout),
         failure: FailureDefaults {
             mode: settings.store_failure.failure_mode,
             fallback_share: settings.store_failure.fallback_share,
@@ -614,12 +632,53 @@ fn resilience_options(settings: &Settings) -> ResilienceOptions {
     }
 }
 
+/// One Redis deployment's settings (main or per-second) as the store reads
+/// them; `tls` is shared by both.
+fn redis_address<'a>(s: &'a RedisSettings, tls: &ClientTlsSettings) -> RedisAddress<'a> {
+    RedisAddress {
+        deployment: match s.redis_type {
+            RedisType::Single => Deployment::Single,
+            RedisType::Sentinel => Deployment::Sentinel,
+            RedisType::Cluster => Deployment::Cluster,
+        },
+        socket_type: &s.socket_type,
+        url: &s.url,
+        auth: &s.auth,
+        sentinel_auth: &s.sentinel_auth,
+        pool_size: s.pool_size,
+        timeout: s.timeout,
+        tls: s.tls.then(|| client_tls(tls)),
+    }
+}
+
+/// A store's `*_TLS_*` files.
+fn client_tls(s: &ClientTlsSettings) -> ClientTls {
+    ClientTls::from_paths(
+        &s.ca_cert,
+        &s.client_cert,
+        &s.client_key,
+        s.skip_hostname_verification,
+    )
+}
+
+/// `LEASE_*`.
+fn lease_options(s: &LeaseSettings) -> LeaseOptions {
+    LeaseOptions {
+        min_rate: s.min_rate,
+        duration: s.duration,
+        ttl: s.ttl,
+        max_share: s.max_share,
+    }
+}
+
 /// The store the engine calls, with what keeps its background tasks alive.
 struct BuiltStore {
     store: Arc<dyn Store>,
     /// The lease layer of a wrapped store (the memory store has none: its
     /// state is already local).
-    leases: Option<Arc<crate::hotkeys::Leases<Arc<dyn Store>>>>,
+    leases: Option<Arc<Leases<Arc<dyn Store>>>>,
+    /// Where the store keeps a key.
+    placement: Arc<dyn Placement>,
     _sweeper: Option<SweeperGuard>,
     _wrapped: Option<resilience::Wrapped>,
     /// `MEMCACHE_SRV_REFRESH`'s task.
@@ -631,6 +690,7 @@ impl BuiltStore {
     /// shutdown see its lease layer.
     fn wrapped(
         store: impl Store + 'static,
+        placement: Arc<dyn Placement>,
         settings: &Settings,
         clock: &Arc<dyn Clock>,
         leased: bool,
@@ -638,11 +698,12 @@ impl BuiltStore {
         let wrapped = resilience::wrap(
             store,
             resilience_options(settings),
-            settings.hot_keys.lease,
+            lease_options(&settings.hot_keys.lease),
             Arc::clone(clock),
         );
         BuiltStore {
             store: Arc::clone(&wrapped.store),
+            placement,
             leases: leased.then(|| Arc::clone(&wrapped.leases)),
             _sweeper: None,
             _wrapped: Some(wrapped),
@@ -663,6 +724,7 @@ async fn build_store(
             let sweeper = store.spawn_sweeper(Duration::from_secs(1));
             BuiltStore {
                 store,
+                placement: Arc::new(InProcess),
                 leases: None,
                 _sweeper: Some(sweeper),
                 _wrapped: None,
@@ -671,12 +733,15 @@ async fn build_store(
         }
         BackendType::Redis => {
             let r = &settings.redis;
-            let main = RedisOptions::from_settings(&r.main, &r.tls, "REDIS_URL")
+            let main = RedisOptions::parse(&redis_address(&r.main, &r.tls), "REDIS_URL")
                 .map_err(|e| AppError::Unsupported(e.to_string()))?;
             let per_second = if r.per_second_enabled {
                 Some(
-                    RedisOptions::from_settings(&r.per_second, &r.tls, "REDIS_PERSECOND_URL")
-                        .map_err(|e| AppError::Unsupported(e.to_string()))?,
+                    RedisOptions::parse(
+                        &redis_address(&r.per_second, &r.tls),
+                        "REDIS_PERSECOND_URL",
+                    )
+                    .map_err(|e| AppError::Unsupported(e.to_string()))?,
                 )
             } else {
                 None
@@ -716,9 +781,18 @@ async fn build_store(
                     handle.spawn(async move { health.set(Component::Backend, up).await });
                 }));
             }
-            BuiltStore::wrapped(store, settings, clock, true)
+            let placement = store.placement();
+            BuiltStore::wrapped(store, placement, settings, clock, true)
         }
         BackendType::Memcache => {
+            if settings.limiter.all_or_nothing {
+                // Decided-then-counted windows need an atomic step memcache
+                // does not have.
+                return Err(AppError::Unsupported(format!(
+                    "ALL_OR_NOTHING=true: {}",
+                    crate::store::memcache::ONLY_COUNTERS
+                )));
+            }
             let m = &settings.memcache;
             let servers = match (m.host_port.is_empty(), m.srv.is_empty()) {
                 (false, false) => {
@@ -734,9 +808,7 @@ async fn build_store(
             let options = MemcacheOptions {
                 servers,
                 max_idle: usize::try_from(m.max_idle_conns).unwrap_or(2),
-                tls: m
-                    .tls_enabled
-                    .then(|| crate::store::tls::ClientTls::from_settings(&m.tls)),
+                tls: m.tls_enabled.then(|| client_tls(&m.tls)),
             };
             let store = MemcacheStore::new(&options).map_err(|e| AppError::Store(e.message))?;
             let refresh = (!m.srv.is_empty() && !m.srv_refresh.is_zero()).then(|| {
@@ -747,7 +819,8 @@ async fn build_store(
                 )
             });
             // Memcache has no atomic take: nothing is leased.
-            let mut built = BuiltStore::wrapped(store, settings, clock, false);
+            let placement = store.placement();
+            let mut built = BuiltStore::wrapped(store, placement, settings, clock, false);
             built._refresh = refresh;
             built
         }
@@ -772,7 +845,7 @@ async fn bind(what: &'static str, host: &str, port: u16) -> Result<TcpListener, 
 }
 
 /// A unix socket for gRPC; a stale socket file from an earlier run is
-/// removed first (the original fails to start, `[W20]`).
+/// removed first (the original fails to start).
 fn bind_unix(path: &str) -> Result<UnixListener, AppError> {
     use std::os::unix::fs::FileTypeExt;
     if let Ok(meta) = std::fs::symlink_metadata(path) {

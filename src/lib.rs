@@ -2,30 +2,38 @@
 //!
 //! # Layout
 //!
-//! Dependencies point inward: the service layer calls the engine, which uses
-//! the configuration and the stores; nothing in `config` or `settings` knows
-//! about the network.
+//! Dependencies point inward: the service calls the engine, which uses the
+//! configuration, the limiter arithmetic and one store seam; settings are
+//! read only by [`app`], which hands every other part its own options.
 //!
 //! - [`settings`]: every environment variable of the original, parsed through
 //!   an injectable [`settings::Source`].
-//! - [`config`]: descriptor YAML — the YAML 1.1 reader, key checking and typed
-//!   decoding, validation into a [`config::DescriptorTree`], matching, the
-//!   `/rlconfig` dump, the runtime-directory provider and the hot-reload
-//!   watcher.
+//! - [`config`]: descriptor YAML — key checking and typed decoding, validation into a [`config::DescriptorTree`], matching, the
+//!   `/rlconfig` dump, the runtime-directory provider, the hot-reload
+//!   watcher, and the xDS resource as the same model.
 //! - [`limiter`]: the algorithms as pure functions of state, cost and `now`
 //!   (no I/O), and the injected [`limiter::Clock`].
-//! - [`store`]: where counters live — [`store::MemoryStore`],
-//!   [`store::RedisStore`] (single, sentinel, cluster) — behind the
-//!   [`store::Store`] trait that resilience layers will wrap.
-//! - [`engine`]: the one call — a request's descriptors to statuses, the
-//!   overall code, headers and dynamic metadata.
+//! - [`store`]: where the state of the limits lives — [`store::MemoryStore`],
+//!   [`store::RedisStore`] (single, sentinel, cluster), memcache — behind one
+//!   operation, [`store::Store::execute`], over one shape of work.
+//! - [`resilience`]: the layers over a store, each with its bound: deadline,
+//!   breaker, leases, fallback.
+//! - [`engine`]: the one call — a request's descriptors to one store work,
+//!   the statuses, the overall code, headers and dynamic metadata.
+//! - [`hotkeys`]: detection of the keys that take most of the traffic.
+//! - [`audit`]: sampled decisions against each rule's exact contract.
 //! - [`metrics`]: every statistic under the original's names, and its
 //!   exporters (Prometheus, statsd).
+//! - [`xds`]: the xDS config source, one ADS stream to a management
+//!   server (the network side of `CONFIG_TYPE=GRPC_XDS_SOTW`).
+//! - [`telemetry`]: OTLP tracing.
 //! - [`service`]: gRPC (`RateLimitService`, health), the HTTP and debug
 //!   ports, TLS; generated protobuf types stay in `service::rls`.
 //! - [`app`]: wiring and lifecycle; `main.rs` only reads settings, sets up
 //!   logging and signals, and calls [`app::run`].
-//! - [`cli`]: Go-style flag parsing for the drop-in command-line tools.
+//! - [`cli`]: Go-style flag parsing for the drop-in command-line tools;
+//!   `yaml`: the YAML 1.1 reader (Go's yaml.v2 behaviour) that the
+//!   descriptor files and the Prometheus mapping file are read with.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
@@ -44,3 +52,5 @@ pub mod service;
 pub mod settings;
 pub mod store;
 pub mod telemetry;
+pub mod xds;
+mod yaml;

@@ -1,4 +1,4 @@
-//! Logs in the original's formats (runtime.md §12.8): logrus text
+//! Logs in the original's formats: logrus text
 //! `time="<RFC3339>" level=<level> msg="<text>"` or, with `LOG_FORMAT=json`,
 //! one JSON object per line with `@timestamp`, `@message` and `level`.
 

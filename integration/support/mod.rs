@@ -1,5 +1,8 @@
 //! Test support: the real `ratelimit` binary on free loopback ports, with a
 //! runtime directory of its own, and small gRPC and HTTP clients.
+
+// The test support measures the real elapsed time of real processes.
+#![allow(clippy::disallowed_types)]
 #![allow(dead_code)]
 
 pub mod accuracy;

@@ -17,8 +17,8 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use envoy_types::pb::google::protobuf::Any;
 use futures::Stream;
 use prost::Message;
-use ratelimit::config::xds::resource::proto::RateLimitConfig;
-use ratelimit::config::xds::resource::TYPE_URL;
+use ratelimit::config::xds::proto::RateLimitConfig;
+use ratelimit::config::xds::TYPE_URL;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};

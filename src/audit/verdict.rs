@@ -1,7 +1,6 @@
 //! The comparison of one decision with its contract. Pure: the stores
-//! decide the reference beside the decision (see [`crate::store::Check`]'s
-//! `CheckedLimit::Reference` and [`crate::store::Increment::reference`]);
-//! this reads the two answers.
+//! decide the reference beside the decision (see
+//! [`crate::store::Limit::Reference`]); this reads the two answers.
 //!
 //! - *over*: the rule admitted (and the request was counted), the
 //!   contract refuses;
@@ -54,25 +53,25 @@ pub fn compare(admitted: bool, refused: bool, contract_admits: bool) -> Verdict 
     }
 }
 
-/// A checked limit's outcome (`Work::Check`): its answer, whether the batch
-/// committed, and its reference's answer. `window`: the contract is a
-/// window (its reference reports what it held).
-pub fn of_check(
+/// A limit's outcome: its answer, whether it was `taken` (a counter with
+/// a cost, or any other limit of a committed work), and its reference's
+/// answer. `window`: the contract is a window (its reference reports what
+/// it held before).
+pub fn of(
     subject: &Result<Answer, StoreError>,
-    committed: bool,
+    taken: bool,
     reference: &Result<Answer, StoreError>,
     cost: u64,
     window: bool,
 ) -> Outcome {
     let decision = match subject {
-        Ok(Answer::Checked(c)) => c.decision,
+        Ok(Answer::Decided(c)) => c.decision,
         Ok(Answer::ByPolicy(_)) | Err(_) => return Outcome::ByPolicy,
-        Ok(Answer::Count(_)) => return Outcome::Unverified,
     };
-    let Ok(Answer::Checked(contract)) = reference else {
+    let Ok(Answer::Decided(contract)) = reference else {
         return Outcome::Unverified;
     };
-    let admitted = committed && decision.is_allowed();
+    let admitted = taken && decision.is_allowed();
     let verdict = compare(
         admitted,
         !decision.is_allowed(),
@@ -81,32 +80,6 @@ pub fn of_check(
     Outcome::Compared {
         verdict,
         in_window: (window && admitted).then(|| contract.count.saturating_add(cost)),
-    }
-}
-
-/// An original window's outcome (`Work::Count`): the counter's value after
-/// adding `hits` against `limit`, and the reference's answer (what its
-/// trailing window held before) against the contract's `contract_limit`.
-pub fn of_count(
-    subject: &Result<Answer, StoreError>,
-    hits: u64,
-    limit: u64,
-    reference: &Result<Answer, StoreError>,
-    contract_limit: u64,
-) -> Outcome {
-    let after = match subject {
-        Ok(Answer::Count(after)) => *after,
-        Ok(Answer::ByPolicy(_)) | Err(_) => return Outcome::ByPolicy,
-        Ok(Answer::Checked(_)) => return Outcome::Unverified,
-    };
-    let Ok(Answer::Count(held)) = reference else {
-        return Outcome::Unverified;
-    };
-    let admitted = hits > 0 && after <= limit;
-    let contract_admits = held.saturating_add(hits) <= contract_limit;
-    Outcome::Compared {
-        verdict: compare(admitted, after > limit, contract_admits),
-        in_window: admitted.then(|| held.saturating_add(hits)),
     }
 }
 
@@ -236,11 +209,11 @@ mod tests {
     }
 
     #[test]
-    fn answers_are_read_per_kind_of_work() {
+    fn answers_are_read_into_outcomes() {
         use crate::limiter::Decision;
-        use crate::store::{Checked, PolicyAnswer, StoreErrorKind};
+        use crate::store::{Decided, PolicyAnswer, StoreErrorKind};
         let checked = |allowed: bool, count: u64| {
-            Ok(Answer::Checked(Checked {
+            Ok(Answer::Decided(Decided {
                 decision: if allowed {
                     Decision::Allow {
                         remaining: 0,
@@ -256,7 +229,7 @@ mod tests {
                 at: Duration::ZERO,
             }))
         };
-        let over = of_check(&checked(true, 0), true, &checked(false, 10), 1, true);
+        let over = of(&checked(true, 0), true, &checked(false, 10), 1, true);
         assert_eq!(
             over,
             Outcome::Compared {
@@ -265,7 +238,7 @@ mod tests {
             }
         );
         // Admitted by the rule but not committed: nothing was counted.
-        let agree = of_check(&checked(true, 0), false, &checked(false, 10), 1, true);
+        let agree = of(&checked(true, 0), false, &checked(false, 10), 1, true);
         assert_eq!(
             agree,
             Outcome::Compared {
@@ -273,7 +246,7 @@ mod tests {
                 in_window: None
             }
         );
-        let under = of_check(&checked(false, 0), false, &checked(true, 2), 1, true);
+        let under = of(&checked(false, 0), false, &checked(true, 2), 1, true);
         assert_eq!(
             under,
             Outcome::Compared {
@@ -289,28 +262,27 @@ mod tests {
             fell_back: true,
         }));
         let down = Err(StoreError::new(StoreErrorKind::Timeout, "t"));
-        assert_eq!(of_check(&policy, true, &down, 1, true), Outcome::ByPolicy);
+        assert_eq!(of(&policy, true, &down, 1, true), Outcome::ByPolicy);
         assert_eq!(
-            of_check(&checked(true, 0), true, &down, 1, true),
+            of(&checked(true, 0), true, &down, 1, true),
             Outcome::Unverified
         );
 
-        // The original's counters: 11 after one hit over a limit of 10.
-        let counted = |n: u64| Ok(Answer::Count(n));
+        // The original's counters: taken whatever the work decides; one
+        // over its limit (11 of 10) refused, agreeing with a full contract.
         assert_eq!(
-            of_count(&counted(11), 1, 10, &counted(10), 10),
+            of(&checked(false, 11), true, &checked(false, 10), 1, true),
             Outcome::Compared {
                 verdict: Verdict::Agree,
                 in_window: None
             }
         );
         assert_eq!(
-            of_count(&counted(3), 1, 10, &counted(10), 10),
+            of(&checked(true, 3), true, &checked(false, 10), 1, true),
             Outcome::Compared {
                 verdict: Verdict::Over,
                 in_window: Some(11)
             }
         );
-        assert_eq!(of_count(&policy, 1, 10, &down, 10), Outcome::ByPolicy);
     }
 }

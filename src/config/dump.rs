@@ -1,4 +1,4 @@
-//! The `/rlconfig` text (config-and-matching.md §6).
+//! The `/rlconfig` text.
 
 use std::fmt::Write as _;
 

@@ -48,7 +48,7 @@ impl ConfigError {
 }
 
 /// Every way a configuration can be rejected. Variants P1–P7 and L1–L10 are
-/// the original's conditions (config-and-matching.md §3.2), in its words.
+/// the original's conditions, in its words.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigErrorKind {
     /// P1: the YAML reader's message, `yaml: line N: ...`.
@@ -139,6 +139,15 @@ pub enum ConfigErrorKind {
     /// `lease: true` on the exact log, which has no batch to lend out.
     #[error("lease does not apply to sliding_log: an exact log cannot lend tokens out")]
     LeaseWithSlidingLog,
+    /// A rule the configured store cannot count (memcache holds the
+    /// original's fixed windows only).
+    #[error("rule {rule} uses {feature}, which the memcache backend cannot count: it holds the original's fixed windows only (use BACKEND_TYPE=redis or memory)")]
+    StoreCannotCount {
+        /// The rule's load key (`domain.key_value…`).
+        rule: String,
+        /// The first thing it uses that the store cannot count.
+        feature: &'static str,
+    },
     /// Both `rate_limit` and `rate_limits` on one descriptor.
     #[error("a descriptor cannot have both rate_limit and rate_limits")]
     BothRateLimitForms,

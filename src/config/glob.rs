@@ -1,4 +1,4 @@
-//! The `*` glob of descriptor composites (config-and-matching.md §5.3.1).
+//! The `*` glob of descriptor composites.
 
 /// A composite containing at least one `*`, pre-split on `*`.
 ///

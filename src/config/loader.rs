@@ -9,8 +9,8 @@ use super::error::{ConfigError, ConfigErrorKind};
 use super::model;
 use super::tree::DescriptorTree;
 use super::validate;
-use super::yaml;
 use super::Config;
+use crate::yaml;
 
 /// One configuration file's contents and the name errors call it by.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,12 +34,34 @@ impl ConfigFile {
     }
 }
 
+/// How a set of files becomes one configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LoadOptions {
+    /// `MERGE_DOMAIN_CONFIG`: the same domain in several files is merged
+    /// instead of rejected.
+    pub merge_domains: bool,
+    /// The store holds the original's fixed windows only (memcache): a rule
+    /// that needs more is refused, naming it, where the config loads.
+    pub original_windows_only: bool,
+}
+
+/// [`load_with`] for any store, merging domains iff `merge_domains`.
+pub fn load(files: &[ConfigFile], merge_domains: bool) -> Result<Config, ConfigError> {
+    load_with(
+        files,
+        LoadOptions {
+            merge_domains,
+            ..LoadOptions::default()
+        },
+    )
+}
+
 /// Parses and validates `files` as one configuration. Files are taken in the
 /// order given (callers sort them, so results never depend on directory
 /// order); a parse error in any file wins over a load error in another.
-pub fn load(files: &[ConfigFile], merge_domains: bool) -> Result<Config, ConfigError> {
+pub fn load_with(files: &[ConfigFile], options: LoadOptions) -> Result<Config, ConfigError> {
     let parsed = files.iter().map(parse).collect::<Result<Vec<_>, _>>()?;
-    build(&parsed, merge_domains)
+    build_with(&parsed, options)
 }
 
 /// A file that passed phase A: syntax, key check and typed decoding.
@@ -56,11 +78,25 @@ impl ParsedFile {
     }
 }
 
-/// Phase B over parsed files, in the order given.
+/// [`build_with`] for any store, merging domains iff `merge_domains`.
 pub fn build(files: &[ParsedFile], merge_domains: bool) -> Result<Config, ConfigError> {
+    build_with(
+        files,
+        LoadOptions {
+            merge_domains,
+            ..LoadOptions::default()
+        },
+    )
+}
+
+/// Phase B over parsed files, in the order given.
+pub fn build_with(files: &[ParsedFile], options: LoadOptions) -> Result<Config, ConfigError> {
     let raw: Vec<(&str, &model::RawFile)> =
         files.iter().map(|f| (f.name.as_str(), &f.raw)).collect();
-    let tree: DescriptorTree = validate::build(&raw, merge_domains)?;
+    let tree: DescriptorTree = validate::build(&raw, options.merge_domains)?;
+    if options.original_windows_only {
+        validate::require_original_windows(&raw)?;
+    }
     Ok(Config::new(
         tree,
         files.iter().map(|f| f.name.clone()).collect(),

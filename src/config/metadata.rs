@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::yaml::{Node, NodeKind, Resolved};
+use crate::yaml::{Node, NodeKind, Resolved};
 
 /// A `google.protobuf.Struct`, independent of the generated types.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -100,7 +100,7 @@ fn utf8(bytes: &[u8]) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::yaml::parse;
+    use crate::yaml::parse;
 
     #[test]
     fn numbers_become_doubles_and_keys_strings() {

@@ -1,9 +1,8 @@
 //! Descriptor configuration: the original's YAML rule files, read, checked,
-//! validated and matched exactly as the original does
-//! (`shared/compat/config-and-matching.md`).
+//! validated and matched exactly as the original does.
 //!
 //! The pipeline, one module a step:
-//! - [`yaml`](self): YAML 1.1 (yaml.v2) reading into a node tree with lines;
+//! - the crate's YAML 1.1 (yaml.v2) reader gives a node tree with lines;
 //! - `check`: the flat allowed-key check (phase A.2);
 //! - `model`: typed decoding with yaml.v2's type errors (phase A.3);
 //! - `validate`: the rules of phase B, building a [`DescriptorTree`];
@@ -26,12 +25,11 @@ pub mod tree;
 pub(crate) mod validate;
 pub mod watcher;
 pub mod xds;
-pub(crate) mod yaml;
 
 pub use error::{ConfigError, ConfigErrorKind};
 pub use failure::{FailureMode, FailurePolicy};
 pub use live::LiveConfig;
-pub use loader::{load, ConfigFile};
+pub use loader::{load, load_with, ConfigFile, LoadOptions};
 pub use metadata::{Metadata, MetadataValue};
 pub use provider::{load_from_disk, LoadError, ProviderError, ProviderOptions};
 pub use tree::{

@@ -1,6 +1,6 @@
 //! Phase A.3: typed decoding of a checked document into the raw model.
 //!
-//! The structs mirror the YAML (config-and-matching.md §2.1) and carry the
+//! The structs mirror the YAML and carry the
 //! line of each node for error messages. Decoding follows yaml.v2 into the
 //! original's Go structs: pairs are applied in document order (so a duplicate
 //! key's last value wins), a known key in the wrong place is ignored, null
@@ -8,7 +8,7 @@
 //! document order, with yaml.v2's text.
 
 use super::error::TypeError;
-use super::yaml::{Node, NodeKind, Resolved};
+use crate::yaml::{Node, NodeKind, Resolved};
 
 /// One file: `domain` and its top-level descriptors.
 #[derive(Debug, Clone, Default)]

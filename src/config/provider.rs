@@ -1,5 +1,5 @@
-//! The FILE config provider's runtime-directory layout
-//! (`config-and-matching.md` §4.2, `runtime.md` §11.2): which files on disk
+//! The FILE config provider's runtime-directory layout:
+//! which files on disk
 //! make up the configuration, and the names error messages call them by.
 //!
 //! This module only collects; it does not watch (that is
@@ -49,7 +49,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::{load, Config, ConfigError, ConfigFile};
+use super::{load_with, Config, ConfigError, ConfigFile, LoadOptions};
 
 /// Where the configuration lives on disk, as the original's environment
 /// describes it. Each field maps 1:1 to one variable; [`Default`] gives the
@@ -76,6 +76,18 @@ pub struct ProviderOptions {
     /// `MERGE_DOMAIN_CONFIG` (default false): the same domain in several
     /// files is merged instead of rejected.
     pub merge_domains: bool,
+    /// The store holds the original's fixed windows only (memcache).
+    pub original_windows_only: bool,
+}
+
+impl ProviderOptions {
+    /// How the files found are loaded.
+    pub fn load_options(&self) -> LoadOptions {
+        LoadOptions {
+            merge_domains: self.merge_domains,
+            original_windows_only: self.original_windows_only,
+        }
+    }
 }
 
 impl Default for ProviderOptions {
@@ -87,6 +99,7 @@ impl Default for ProviderOptions {
             ignore_dotfiles: false,
             watch_root: true,
             merge_domains: false,
+            original_windows_only: false,
         }
     }
 }
@@ -192,7 +205,7 @@ impl LoadError {
     }
 }
 
-/// Reads every configuration file of the layout `opts` describes (§4.2),
+/// Reads every configuration file of the layout `opts` describes,
 /// sorted by name, names unique.
 ///
 /// A missing directory, or an empty `RUNTIME_SUBDIRECTORY` (watch-root mode)
@@ -204,12 +217,12 @@ pub fn collect(opts: &ProviderOptions) -> Result<Vec<ConfigFile>, ProviderError>
     Ok(read_files(scan(opts)?.files))
 }
 
-/// [`collect`] followed by [`load`] with
-/// [`ProviderOptions::merge_domains`]: the whole configuration, all or
+/// [`collect`] followed by [`load_with`] under
+/// [`ProviderOptions::load_options`]: the whole configuration, all or
 /// nothing.
 pub fn load_from_disk(opts: &ProviderOptions) -> Result<Config, LoadError> {
     let files = collect(opts)?;
-    Ok(load(&files, opts.merge_domains)?)
+    Ok(load_with(&files, opts.load_options())?)
 }
 
 /// A file to load: its runtime name and where it is.

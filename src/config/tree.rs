@@ -1,4 +1,4 @@
-//! The validated rule tree and its lookup (config-and-matching.md §5).
+//! The validated rule tree and its lookup.
 //!
 //! Each domain is a tree of nodes keyed by the *composite* string of a rule:
 //! `key` when the rule has no value, `key_value` otherwise. A request entry
@@ -10,7 +10,7 @@
 //!
 //! Matching on the composite string rather than on `(key, value)` pairs is
 //! deliberate: it reproduces the original's results for keys and values that
-//! contain `_` or `*` (§5.3.3), on which existing configs depend.
+//! contain `_` or `*`, on which existing configs depend.
 
 use super::failure::FailurePolicy;
 use std::collections::HashMap;
@@ -171,10 +171,10 @@ impl RateLimitRule {
 pub struct MatchedLimit {
     /// The rule; shared with the tree, so a match costs no copy of it.
     pub rule: Arc<RateLimitRule>,
-    /// The key the per-rule stats are counted under (§5.11).
+    /// The key the per-rule stats are counted under.
     pub stats_key: String,
     /// With `share_threshold`: per request entry, the pattern that replaces
-    /// the entry's value in the cache key, or "" (§5.10).
+    /// the entry's value in the cache key, or "".
     pub share_threshold_key_pattern: Option<Vec<String>>,
     /// Built from a per-request override rather than matched.
     pub from_override: bool,
@@ -248,7 +248,7 @@ impl Node {
         self.index.get(composite).map(|&i| &self.children[i])
     }
 
-    /// Exact, then first matching wildcard, then key-only (§5.2).
+    /// Exact, then first matching wildcard, then key-only.
     fn choose(&self, probe: &str, key: &str) -> Option<(&Node, How)> {
         if let Some(c) = self.child(probe) {
             return Some((c, How::Exact));
@@ -278,7 +278,7 @@ impl DescriptorTree {
         self.domains.keys().map(String::as_str)
     }
 
-    /// The limit for one request descriptor (§5.2, §5.6).
+    /// The limit for one request descriptor.
     pub fn find(
         &self,
         domain: &str,
@@ -395,7 +395,7 @@ fn override_limit(
     })
 }
 
-/// The stats key of §5.11 for a request that reached a limit: `path` has one
+/// The per-rule stats key for a request that reached a limit: `path` has one
 /// node per entry.
 fn stats_key(
     domain: &str,

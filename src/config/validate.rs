@@ -1,5 +1,5 @@
 //! Phase B: raw files into a [`DescriptorTree`], with the original's rules
-//! and error order (config-and-matching.md §3.1): files in the given order,
+//! and error order: files in the given order,
 //! descriptors depth first in document order, first error wins.
 
 use std::sync::Arc;
@@ -41,6 +41,60 @@ pub(crate) fn build(
         load_descriptors(name, root, &file.domain, &file.descriptors)?;
     }
     Ok(tree)
+}
+
+/// Refuses the first rule that a store holding the original's fixed
+/// windows only (memcache) cannot count: an opt-in algorithm, a burst, a
+/// unit multiplier, several limits, sub-buckets or leasing. Files, then
+/// descriptors depth first in document order, as the other errors.
+pub(crate) fn require_original_windows(files: &[(&str, &RawFile)]) -> Result<(), ConfigError> {
+    fn walk(
+        file: &str,
+        parent_key: &str,
+        descriptors: &[RawDescriptor],
+    ) -> Result<(), ConfigError> {
+        for d in descriptors {
+            let load_key = match d.value.is_empty() {
+                true => format!("{parent_key}.{}", d.key),
+                false => format!("{parent_key}.{}_{}", d.key, d.value),
+            };
+            if let Some((line, feature)) = opt_in_feature(d) {
+                let kind = ConfigErrorKind::StoreCannotCount {
+                    rule: load_key,
+                    feature,
+                };
+                return Err(ConfigError::new(file, kind, Some(line)));
+            }
+            walk(file, &load_key, &d.descriptors)?;
+        }
+        Ok(())
+    }
+    for (name, file) in files {
+        walk(name, &file.domain, &file.descriptors)?;
+    }
+    Ok(())
+}
+
+/// The first opt-in feature a descriptor's rule uses, and its line.
+fn opt_in_feature(d: &RawDescriptor) -> Option<(usize, &'static str)> {
+    if let Some((line, _)) = &d.rate_limits {
+        return Some((*line, "rate_limits"));
+    }
+    let rl = d.rate_limit.as_ref()?;
+    let feature = if !rl.algorithm.is_empty() {
+        "algorithm"
+    } else if rl.burst.is_some() {
+        "burst"
+    } else if rl.unit_multiplier.is_some() {
+        "unit_multiplier"
+    } else if rl.shards.is_some() {
+        "shards"
+    } else if rl.lease {
+        "lease"
+    } else {
+        return None;
+    };
+    Some((rl.line, feature))
 }
 
 fn load_descriptors(
@@ -115,7 +169,7 @@ fn load_descriptors(
     Ok(())
 }
 
-/// The unit rules of §2.4–2.5 and the `replaces` rules; returns the unit to
+/// The unit rules (a known unit, none on `unlimited`) and the `replaces` rules; returns the unit to
 /// store (UNKNOWN for unlimited rules).
 fn check_rate_limit(file: &str, rl: &RawRateLimit) -> Result<Unit, ConfigError> {
     let valid = Unit::from_name(&rl.unit).filter(|u| *u != Unit::Unknown);
@@ -602,6 +656,49 @@ mod tests {
         assert_eq!(e.hint.as_deref(), Some("did you mean 'algorithm'?"));
         let e = error_of(&format!("{HEAD}    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      unit_multipler: 2\n"));
         assert_eq!(e.hint.as_deref(), Some("did you mean 'unit_multiplier'?"));
+    }
+
+    #[test]
+    fn a_store_of_original_windows_refuses_opt_in_rules_by_name_and_line() {
+        let load = |yaml: &str| {
+            let file = crate::config::ConfigFile::new("f.yaml", yaml);
+            let options = crate::config::loader::LoadOptions {
+                merge_domains: false,
+                original_windows_only: true,
+            };
+            crate::config::loader::load_with(&[file], options)
+        };
+        let original = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n";
+        assert!(load(original).is_ok(), "the original's vocabulary loads");
+        let cases = [
+            (
+                "algorithm: token_bucket, unit: second, requests_per_unit: 5",
+                "algorithm",
+            ),
+            (
+                "unit: second, requests_per_unit: 5, unit_multiplier: 2",
+                "unit_multiplier",
+            ),
+            ("unit: second, requests_per_unit: 5, shards: 2", "shards"),
+        ];
+        for (block, feature) in cases {
+            let yaml = format!(
+                "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        value: v\n        rate_limit: {{{block}}}\n"
+            );
+            let e = load(&yaml).expect_err(feature);
+            assert_eq!(e.line, Some(7), "{feature}");
+            assert_eq!(
+                e.kind,
+                ConfigErrorKind::StoreCannotCount {
+                    rule: "d.a.b_v".into(),
+                    feature
+                }
+            );
+            assert!(e.to_string().contains("f.yaml"), "{e}");
+        }
+        let several = "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n      - {unit: second, requests_per_unit: 5}\n";
+        let e = load(several).expect_err("rate_limits");
+        assert_eq!(e.line, Some(5), "the list's first item");
     }
 
     #[test]

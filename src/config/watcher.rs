@@ -1,5 +1,4 @@
-//! Hot reload of the FILE provider's configuration
-//! (`config-and-matching.md` §4.2–4.3, `runtime.md` §11.1–11.2).
+//! Hot reload of the FILE provider's configuration.
 //!
 //! A reload is a value on a channel: file-system events become a debounced
 //! reload; the reload (walk, read, parse, validate) runs on a blocking thread,
@@ -69,7 +68,7 @@ use tokio::time::{sleep_until, Instant};
 
 use super::live::LiveConfig;
 use super::provider::{self, LoadError, ProviderOptions};
-use super::{load, Config};
+use super::{load_with, Config};
 
 /// How long the file system must stay quiet after an event before a reload.
 pub const QUIET_PERIOD: Duration = Duration::from_millis(100);
@@ -336,7 +335,7 @@ async fn reload(task: &mut Task) -> bool {
 fn load_and_arm(opts: &ProviderOptions, armer: Option<&mut Armer>) -> Result<Config, LoadError> {
     let Some(armer) = armer else {
         let files = provider::collect(opts)?;
-        return Ok(load(&files, opts.merge_domains)?);
+        return Ok(load_with(&files, opts.load_options())?);
     };
     let mut armed: Option<BTreeSet<PathBuf>> = None;
     let mut rearms = 0;
@@ -368,7 +367,7 @@ fn load_and_arm(opts: &ProviderOptions, armer: Option<&mut Armer>) -> Result<Con
         rearms += 1;
     };
     let files = provider::read_files(scan.files);
-    Ok(load(&files, opts.merge_domains)?)
+    Ok(load_with(&files, opts.load_options())?)
 }
 
 /// The notify watcher and the paths it currently watches.

@@ -1,5 +1,5 @@
 //! Request-level post-processing of matched limits: `unlimited` and
-//! `replaces` (config-and-matching.md §5.7–5.8). Pure.
+//! `replaces`. Pure.
 
 use crate::config::MatchedLimit;
 
@@ -51,7 +51,7 @@ pub fn apply_replaces(limits: &mut [Option<MatchedLimit>]) -> Vec<Disposition> {
     out
 }
 
-/// The overall code (runtime.md §3.5): OVER_LIMIT iff a non-quota
+/// The overall code: OVER_LIMIT iff a non-quota
 /// descriptor is over its limit, or there are quota descriptors and all of
 /// them are. Unlimited descriptors are skipped. Returns the code and which
 /// descriptors "passed" (for dynamic metadata).
@@ -101,7 +101,8 @@ mod tests {
         }
     }
 
-    /// The quota-mode cases of runtime.md §3.5 / §14.1 SV-13 … SV-17.
+    /// Quota mode: a refused quota descriptor refuses the request only when
+    /// every descriptor of the request refuses, and is reported as OK.
     #[test]
     fn quota_mode_rules() {
         use Code::{Ok as K, OverLimit as O};

@@ -1,21 +1,18 @@
 //! The decision audit's part of a request (see [`crate::audit`]): the
 //! references of the request's audited limits added to its store work, and
 //! their answers read back into the audit's rows. The store decides each
-//! reference in the same atomic step as the limit it audits; nothing here
-//! changes a decision.
+//! reference in the same trip as the limit it audits (in the same atomic
+//! step wherever the store can); nothing here changes a decision.
 
 use std::sync::Arc;
 
-use super::checked::CheckedDescriptor;
+use super::plan::{Plan, PlanOptions};
 use super::types::RateLimitRequest;
-use super::Pending;
 use crate::audit::{verdict, Audit, LimitFacts, Row};
 use crate::config::{ConfiguredLimit, RateLimitRule};
 use crate::limiter::{Limiter, SlidingLog};
 use crate::store::key::reference_key;
-use crate::store::{
-    Answer, Check, CheckedLimit, Increment, OnFailure, ReferenceStep, Store, StoreError,
-};
+use crate::store::{Item, Limit, ReferenceStep, Reply, Work};
 
 /// One audited limit of a request's store work.
 pub(super) struct Audited {
@@ -27,8 +24,6 @@ pub(super) struct Audited {
     cost: u64,
     /// The contract is a window (its reference reports what it held).
     window: bool,
-    /// The contract's limit per window.
-    contract_limit: u64,
 }
 
 /// The contract, key suffix and facts of an original-vocabulary rule.
@@ -66,24 +61,30 @@ fn configured(l: &ConfiguredLimit) -> Option<(Limiter, LimitFacts)> {
     Some((limiter.reference_of().ok()?, facts))
 }
 
-/// Appends to `batch` the reference of every audited binding check of
-/// `described` (after all of them, so that each descriptor's checks stay
-/// where `described` says).
-pub(super) fn add_check_references(
+/// Appends to the plan's work the reference of every audited limit: each
+/// binding decided limit, and each original counter outside shadow mode
+/// whose reference the store decides in the same step (a counter's
+/// reference records iff the counter took, which only that step knows).
+pub(super) fn add_references(
     audit: &Audit,
-    store: &dyn Store,
-    prefix: &str,
+    options: &PlanOptions<'_>,
     request: &RateLimitRequest,
-    batch: &mut Vec<Check>,
-    described: &[CheckedDescriptor],
+    plan: &mut Plan,
 ) -> Vec<Audited> {
+    let Plan { work, descriptors } = plan;
     let mut audited = Vec::new();
-    for d in described {
+    for d in descriptors.iter() {
         let rule = &d.limit.rule;
         let entries = &request.descriptors[d.index].entries;
         let pattern = d.limit.share_threshold_key_pattern.as_deref();
-        for (n, subject) in d.checks.clone().enumerate() {
-            if !batch[subject].binding {
+        for (n, subject) in d.items.clone().enumerate() {
+            let item = &work.items[subject];
+            let counter = matches!(item.limit, Limit::Counter(_));
+            let eligible = match counter {
+                true => !(options.shadow_mode || rule.shadow_mode),
+                false => item.binding,
+            };
+            if !eligible {
                 continue;
             }
             let found = match rule.limits.get(n) {
@@ -94,10 +95,13 @@ pub(super) fn add_check_references(
             let Some((contract, suffix, facts)) = found else {
                 continue;
             };
-            let key = reference_key(prefix, &request.domain, entries, pattern, &suffix);
-            if !audit.covers(&key, &contract)
-                || store.reference_step(&batch[subject].key, &key) == ReferenceStep::Unsupported
-            {
+            let key = reference_key(options.prefix, &request.domain, entries, pattern, &suffix);
+            let usable = match options.placement.reference_step(&item.key, &key) {
+                ReferenceStep::Same => true,
+                ReferenceStep::Separate => !counter,
+                ReferenceStep::Unsupported => false,
+            };
+            if !usable || !audit.covers(&key, &contract) {
                 continue;
             }
             let Some(row) = audit.book().row(&d.limit.stats_key, &suffix, || facts) else {
@@ -105,120 +109,41 @@ pub(super) fn add_check_references(
             };
             audited.push(Audited {
                 subject,
-                reference: batch.len(),
+                reference: work.items.len(),
                 row,
                 cost: d.hits,
                 window: !matches!(contract, Limiter::TokenBucket(_)),
-                contract_limit: contract.limit(),
             });
-            batch.push(Check {
-                key,
-                limit: CheckedLimit::Reference(contract),
-                cost: d.hits,
+            let node = options.placement.node_of(&key, false);
+            let limit = Limit::Reference {
+                contract,
+                subject: Some(subject),
+            };
+            work.items.push(Item {
                 binding: false,
-                on_failure: OnFailure::Error,
-                lease: false,
+                node,
+                ..Item::new(key, limit, d.hits)
             });
         }
     }
     audited
 }
 
-/// Records the outcome of every audited check of a reply.
-pub(super) fn judge_checks(
-    audited: &[Audited],
-    answers: &[Result<Answer, StoreError>],
-    committed: bool,
-) {
+/// Records the outcome of every audited limit of a reply.
+pub(super) fn judge(audited: &[Audited], work: &Work, reply: &Reply) {
     for a in audited {
-        let outcome = verdict::of_check(
-            &answers[a.subject],
-            committed,
-            &answers[a.reference],
+        // A counter took iff it had a cost; the rest iff the work committed.
+        let taken = match work.items[a.subject].limit {
+            Limit::Counter(_) => a.cost > 0,
+            _ => reply.committed,
+        };
+        let outcome = verdict::of(
+            &reply.answers[a.subject],
+            taken,
+            &reply.answers[a.reference],
             a.cost,
             a.window,
         );
         a.row.record(outcome);
     }
-}
-
-/// `batch` (one increment per pending descriptor, in order) with the
-/// reference of each audited one right after it, when the store decides
-/// it in the same step; and where each landed.
-pub(super) fn add_count_references(
-    audit: &Audit,
-    store: &dyn Store,
-    prefix: &str,
-    request: &RateLimitRequest,
-    batch: Vec<Increment>,
-    pending: &[&Pending],
-) -> (Vec<Increment>, Vec<Audited>) {
-    let mut out = Vec::with_capacity(batch.len() + 1);
-    let mut audited = Vec::new();
-    for (inc, p) in batch.into_iter().zip(pending) {
-        let subject = out.len();
-        let reference = (!p.limit.rule.shadow_mode)
-            .then(|| original(&p.limit.rule))
-            .flatten()
-            .and_then(|(contract, suffix, facts)| {
-                let entries = &request.descriptors[p.index].entries;
-                let pattern = p.limit.share_threshold_key_pattern.as_deref();
-                let key = reference_key(prefix, &request.domain, entries, pattern, &suffix);
-                let same = store.reference_step(&inc.key, &key) == ReferenceStep::Same;
-                if !(same && audit.covers(&key, &contract)) {
-                    return None;
-                }
-                let row = audit.book().row(&p.limit.stats_key, &suffix, || facts)?;
-                Some((key, contract, row))
-            });
-        let reference = reference.map(|(key, contract, row)| {
-            audited.push(Audited {
-                subject,
-                reference: subject + 1,
-                row,
-                cost: inc.hits,
-                window: true,
-                contract_limit: contract.limit(),
-            });
-            Increment {
-                key,
-                hits: inc.hits,
-                window: inc.window,
-                ttl_seconds: 0,
-                limit: contract.limit(),
-                on_failure: OnFailure::Error,
-                reference: Some(contract),
-            }
-        });
-        out.push(inc);
-        out.extend(reference);
-    }
-    (out, audited)
-}
-
-/// Records the outcome of every audited counter of a reply and returns the
-/// answers without the references'.
-pub(super) fn judge_counts(
-    audited: &[Audited],
-    batch: &[Increment],
-    mut answers: Vec<Result<Answer, StoreError>>,
-) -> Vec<Result<Answer, StoreError>> {
-    for a in audited {
-        let subject = &batch[a.subject];
-        let outcome = verdict::of_count(
-            &answers[a.subject],
-            a.cost,
-            subject.limit,
-            &answers[a.reference],
-            a.contract_limit,
-        );
-        a.row.record(outcome);
-    }
-    let mut position = 0;
-    answers.retain(|_| {
-        let keep = batch[position].reference.is_none();
-        position += 1;
-        keep
-    });
-    answers
 }

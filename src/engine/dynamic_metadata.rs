@@ -1,4 +1,4 @@
-//! Response dynamic metadata (runtime.md §3.7). Pure.
+//! Response dynamic metadata. Pure.
 
 use std::collections::BTreeMap;
 
@@ -100,7 +100,7 @@ mod tests {
         }
     }
 
-    /// config-and-matching.md §9.5 `TestRatelimitToMetadata`.
+    /// The original's `TestRatelimitToMetadata`.
     #[test]
     fn only_passed_descriptors_contribute_first_wins() {
         let r = req(

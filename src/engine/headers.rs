@@ -40,19 +40,6 @@ pub enum HeaderFormat {
     XRateLimit,
 }
 
-impl std::str::FromStr for HeaderFormat {
-    type Err = ();
-
-    fn from_str(s: &str) -> Result<HeaderFormat, ()> {
-        match s {
-            "original" => Ok(HeaderFormat::Original),
-            "ietf" => Ok(HeaderFormat::Ietf),
-            "x-ratelimit" => Ok(HeaderFormat::XRateLimit),
-            _ => Err(()),
-        }
-    }
-}
-
 /// One limit that applied to a request, as the structured fields show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
@@ -322,18 +309,6 @@ mod tests {
             reset_seconds: t,
             burst,
         }
-    }
-
-    #[test]
-    fn formats_parse() {
-        for (text, format) in [
-            ("original", HeaderFormat::Original),
-            ("ietf", HeaderFormat::Ietf),
-            ("x-ratelimit", HeaderFormat::XRateLimit),
-        ] {
-            assert_eq!(text.parse(), Ok(format));
-        }
-        assert_eq!("IETF".parse::<HeaderFormat>(), Err(()));
     }
 
     #[test]

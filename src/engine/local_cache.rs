@@ -1,11 +1,11 @@
-//! The local over-limit cache (`LOCAL_CACHE_SIZE_IN_BYTES`, runtime.md §4.5):
+//! The local over-limit cache (`LOCAL_CACHE_SIZE_IN_BYTES`):
 //! cache keys seen over their limit, so later hits in the same window are
 //! answered OVER_LIMIT without a store round trip.
 //!
 //! Bounded by bytes (the sum of key lengths plus a fixed per-entry cost),
 //! with `quick_cache`'s eviction when full. An entry is valid until its
-//! window ends — not for a whole unit after insertion as in the original
-//! (`[W26]`), which is equivalent because the key embeds the window start.
+//! window ends — not for a whole unit after insertion as in the original,
+//! which is equivalent because the key embeds the window start.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

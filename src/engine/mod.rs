@@ -1,10 +1,12 @@
 //! The one call: a request's descriptors to per-descriptor statuses and an
-//! overall code (runtime.md §2.4–§4). The [`Engine`] does the I/O-free work
-//! around one store round trip; the pure steps live in their own modules:
+//! overall code. The [`Engine`] does the I/O-free work around one store
+//! trip: match → plan → execute → status → respond. The pure steps live in
+//! their own modules:
 //!
 //! - [`aggregate`]: `unlimited`, `replaces`, the overall code;
-//! - `checked`: descriptors decided all or nothing (the opt-in
-//!   algorithms, and the original's windows with `ALL_OR_NOTHING`);
+//! - `plan`: every descriptor's items in one store work;
+//! - `audited`: the decision audit's references added to it, and judged;
+//! - `status`: each descriptor's status from its answers;
 //! - [`headers`]: the rate-limit response headers;
 //! - [`dynamic_metadata`]: the response's dynamic metadata;
 //! - [`local_cache`]: the local over-limit cache;
@@ -12,10 +14,11 @@
 
 pub mod aggregate;
 mod audited;
-mod checked;
 pub mod dynamic_metadata;
 pub mod headers;
 pub mod local_cache;
+mod plan;
+mod status;
 pub mod types;
 
 use std::sync::Arc;
@@ -25,14 +28,9 @@ use crate::config::LiveConfig;
 use crate::config::{FailureMode, FailurePolicy, Lookup, MatchedLimit};
 use crate::hotkeys::top::KeyInfo;
 use crate::hotkeys::TopKeys;
-use crate::limiter::fixed_window::{self, Window};
-use crate::limiter::{Clock, Decision};
+use crate::limiter::Clock;
 use crate::metrics::Stats;
-use crate::store::key::fixed_window_key;
-use crate::store::{
-    Answer, Check, Commit, Increment, IncrementPolicy, OnFailure, PolicyAnswer, Store, StoreError,
-    StoreErrorKind, Work,
-};
+use crate::store::{Answer, InProcess, OnFailure, Placement, Reply, Store, StoreError};
 
 pub use aggregate::Disposition;
 pub use headers::{HeaderFormat, HeaderNames};
@@ -69,10 +67,6 @@ pub struct EngineOptions {
     pub header_format: HeaderFormat,
     /// `RETRY_AFTER_JITTER`: OVER_LIMIT statuses wait `[0, jitter)` longer.
     pub retry_after_jitter: Duration,
-    /// `STORE_TIMEOUT` for the whole store phase of a request: its store
-    /// calls (two when original windows and opt-in limits meet) share one
-    /// deadline. `None`: each call is bounded only by the store's layers.
-    pub store_timeout: Option<Duration>,
     /// What a rule that sets no `failure_mode` does (`STORE_FAILURE_MODE`,
     /// `STORE_FALLBACK_SHARE`).
     pub failure: FailureDefaults,
@@ -124,7 +118,6 @@ impl Default for EngineOptions {
             response_headers: None,
             header_format: HeaderFormat::Original,
             retry_after_jitter: Duration::ZERO,
-            store_timeout: None,
             failure: FailureDefaults::default(),
         }
     }
@@ -132,12 +125,14 @@ impl Default for EngineOptions {
 
 /// Decides `ShouldRateLimit` requests against the live configuration and a
 /// store. Cheap to share behind an `Arc`; every request reads one config
-/// snapshot and one clock value (`[W27]` fixed: the cache key and the reset
-/// time agree).
+/// snapshot and one clock value, so a counter's key and the reset time it
+/// reports name the same window.
 #[derive(Debug)]
 pub struct Engine {
     config: LiveConfig,
     store: Arc<dyn Store>,
+    /// Where the store keeps a key: each item names its node.
+    placement: Arc<dyn Placement>,
     clock: Arc<dyn Clock>,
     options: EngineOptions,
     local_cache: Option<LocalCache>,
@@ -163,17 +158,6 @@ struct Matched {
     shadow: Vec<bool>,
 }
 
-/// One checked descriptor on its way to the store.
-struct Pending {
-    index: usize,
-    limit: MatchedLimit,
-    stats: Arc<crate::metrics::RuleStats>,
-    hits: u64,
-    window: Window,
-    key: String,
-    cached_over: bool,
-}
-
 impl Engine {
     /// An engine; `local_cache` is the over-limit cache, if enabled.
     pub fn new(
@@ -187,6 +171,7 @@ impl Engine {
         Engine {
             config,
             store,
+            placement: Arc::new(InProcess),
             clock,
             options,
             local_cache,
@@ -194,6 +179,13 @@ impl Engine {
             top_keys: None,
             audit: None,
         }
+    }
+
+    /// The engine naming each item's node by `placement` (the store's; an
+    /// in-process store by default).
+    pub fn with_placement(mut self, placement: Arc<dyn Placement>) -> Engine {
+        self.placement = placement;
+        self
     }
 
     /// The engine auditing its decisions with `audit`.
@@ -381,31 +373,73 @@ impl Engine {
         })
     }
 
-    /// The store phase: each descriptor's status. The original's windows
-    /// go the original's way unless ALL_OR_NOTHING, and first: a request
-    /// they refuse takes nothing from the checked limits (two round trips
-    /// only when a request has both kinds).
+    /// The store phase: every descriptor's items in one work, one trip
+    /// down the store stack (under the stack's one deadline), and each
+    /// descriptor's status from its answers.
     async fn limit(
         &self,
         request: &RateLimitRequest,
         matched: &mut Matched,
         now: u64,
     ) -> Result<Vec<DescriptorStatus>, ServiceError> {
-        let (original, to_check): (Vec<_>, Vec<_>) = std::mem::take(&mut matched.limits)
+        let options = plan::PlanOptions {
+            prefix: &self.options.cache_key_prefix,
+            shadow_mode: self.options.shadow_mode,
+            all_or_nothing: self.options.all_or_nothing,
+            stop_when_over: self.options.stop_increment_when_over_limit,
+            quota: &matched.quota,
+            failure: self.options.failure,
+            placement: &*self.placement,
+        };
+        let mut plan = plan::Plan::new();
+        let limits = std::mem::take(&mut matched.limits);
+        for (index, limit) in limits.into_iter().enumerate() {
+            let Some(limit) = limit else { continue };
+            let hits = hits_of(request, index);
+            let stats = self.stats.rule(&limit.stats_key);
+            stats.total_hits.increment(hits);
+            // The local cache is asked before any I/O, as the original does.
+            let cached_over = |key: &str| {
+                self.local_cache
+                    .as_ref()
+                    .is_some_and(|c| c.is_over_limit(key, now))
+            };
+            let ttl = |length: u64| length + self.jitter();
+            plan.add(
+                request,
+                index,
+                limit,
+                stats,
+                hits,
+                now,
+                &options,
+                cached_over,
+                ttl,
+            );
+        }
+        plan.settle(&options);
+        let subjects = plan.work.len();
+        let audited = match &self.audit {
+            Some(audit) => audited::add_references(audit, &options, request, &mut plan),
+            None => Vec::new(),
+        };
+        let reply = if plan.work.is_empty() {
+            Reply {
+                answers: Vec::new(),
+                committed: plan.work.policy.commits(),
+            }
+        } else {
+            self.store.execute(&plan.work, None).await
+        };
+        if !audited.is_empty() {
+            audited::judge(&audited, &plan.work, &reply);
+        }
+        // A reference's failure is the audit's, never the request's.
+        let answers = reply
+            .answers
             .into_iter()
-            .map(|l| match l {
-                Some(l) if l.rule.is_original() && !self.options.all_or_nothing => (Some(l), None),
-                other => (None, other),
-            })
-            .unzip();
-        let pending = self.pending(request, original, now);
-        let (checks, checked) = self.checks(request, to_check, &matched.quota, now);
-        let subjects = checks.len();
-        let deadline = self
-            .options
-            .store_timeout
-            .map(|t| tokio::time::Instant::now() + t);
-        let after = self.count(request, &pending, deadline).await?;
+            .take(subjects)
+            .collect::<Result<Vec<Answer>, StoreError>>()?;
 
         let mut statuses: Vec<DescriptorStatus> = matched
             .dispositions
@@ -420,54 +454,16 @@ impl Engine {
                 ..DescriptorStatus::default()
             })
             .collect();
-        for (p, after) in pending.iter().zip(after) {
-            statuses[p.index] = self.status(p, after, now);
-        }
-        if checks.is_empty() {
-            return Ok(statuses);
-        }
-        let refused = !self.options.shadow_mode
-            && pending
-                .iter()
-                .any(|p| statuses[p.index].code == Code::OverLimit && !matched.quota[p.index]);
-        let commit = if refused {
-            Commit::Never
-        } else {
-            Commit::IfAllPass
-        };
-        let mut checks = checks;
-        let audited = match &self.audit {
-            Some(audit) => audited::add_check_references(
-                audit,
-                &*self.store,
-                &self.options.cache_key_prefix,
-                request,
-                &mut checks,
-                &checked,
-            ),
-            None => Vec::new(),
-        };
-        let work = Work::Check {
-            items: checks,
-            commit,
-        };
-        let mut reply = self.store.execute(&work, deadline).await;
-        if !audited.is_empty() {
-            audited::judge_checks(&audited, &reply.answers, reply.committed);
-            reply.answers.truncate(subjects);
-        }
-        let answers = reply
-            .answers
-            .into_iter()
-            .map(|a| match a? {
-                Answer::Checked(c) => Ok(checked::Answered::Store(c)),
-                Answer::ByPolicy(p) => Ok(checked::Answered::Policy(p)),
-                Answer::Count(_) => Err(wrong_answer()),
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        for d in &checked {
-            let ratio = self.options.near_limit_ratio;
-            statuses[d.index] = checked::status(d, &answers, reply.committed, ratio, now);
+        let ratio = self.options.near_limit_ratio;
+        for d in &plan.descriptors {
+            statuses[d.index] = status::status(
+                d,
+                &answers,
+                reply.committed,
+                ratio,
+                now,
+                self.local_cache.as_ref(),
+            );
         }
         Ok(statuses)
     }
@@ -600,256 +596,11 @@ impl Engine {
         }
     }
 
-    /// Keys, windows and hits of the descriptors that reach the store;
-    /// counts `total_hits` and consults the local cache (before any I/O, as
-    /// the original does).
-    fn pending(
-        &self,
-        request: &RateLimitRequest,
-        limits: Vec<Option<MatchedLimit>>,
-        now: u64,
-    ) -> Vec<Pending> {
-        let mut out = Vec::new();
-        for (index, (d, limit)) in request.descriptors.iter().zip(limits).enumerate() {
-            let Some(limit) = limit else { continue };
-            // A checked limit always has a real unit: validation refuses
-            // others and overrides with UNKNOWN are rejected by `find`.
-            let Some(unit_seconds) = limit.rule.unit.seconds() else {
-                continue;
-            };
-            let hits = hits_of(request, index);
-            let window = Window::containing(now, unit_seconds);
-            let key = fixed_window_key(
-                &self.options.cache_key_prefix,
-                &request.domain,
-                &d.entries,
-                limit.share_threshold_key_pattern.as_deref(),
-                window.start,
-            );
-            let stats = self.stats.rule(&limit.stats_key);
-            stats.total_hits.increment(hits);
-            let cached_over = self
-                .local_cache
-                .as_ref()
-                .is_some_and(|c| c.is_over_limit(&key, now));
-            out.push(Pending {
-                index,
-                limit,
-                stats,
-                hits,
-                window,
-                key,
-                cached_over,
-            });
-        }
-        out
-    }
-
-    /// The checks of the descriptors decided all or nothing, and what each
-    /// descriptor needs to read its answers; counts `total_hits`.
-    fn checks(
-        &self,
-        request: &RateLimitRequest,
-        limits: Vec<Option<MatchedLimit>>,
-        quota: &[bool],
-        now: u64,
-    ) -> (Vec<Check>, Vec<checked::CheckedDescriptor>) {
-        let options = checked::KeyOptions {
-            prefix: &self.options.cache_key_prefix,
-            shadow_mode: self.options.shadow_mode,
-            quota,
-            one_quota: quota.iter().filter(|q| **q).count() == 1,
-            failure: self.options.failure,
-        };
-        let mut batch = Vec::new();
-        let mut described = Vec::new();
-        for (index, limit) in limits.into_iter().enumerate() {
-            let Some(limit) = limit else { continue };
-            let hits = hits_of(request, index);
-            let stats = self.stats.rule(&limit.stats_key);
-            stats.total_hits.increment(hits);
-            described.extend(checked::add_checks(
-                &mut batch,
-                request,
-                index,
-                limit,
-                stats,
-                hits,
-                now,
-                &options,
-                |length| length + self.jitter(),
-            ));
-        }
-        (batch, described)
-    }
-
-    /// One store round trip for the descriptors not answered by the local
-    /// cache; returns each pending descriptor's answer: its counter after
-    /// the increment, or its failure policy's (`None` for local-cache hits).
-    async fn count(
-        &self,
-        request: &RateLimitRequest,
-        pending: &[Pending],
-        deadline: Option<tokio::time::Instant>,
-    ) -> Result<Vec<Option<Answer>>, ServiceError> {
-        let any_cached = pending.iter().any(|p| p.cached_over);
-        let stop = self.options.stop_increment_when_over_limit;
-        let batch: Vec<Increment> = pending
-            .iter()
-            .filter(|p| !p.cached_over)
-            .map(|p| Increment {
-                key: p.key.clone(),
-                // With STOP mode, a local-cache hit anywhere stops every increment.
-                hits: if stop && any_cached { 0 } else { p.hits },
-                window: p.window,
-                ttl_seconds: p.window.length + self.jitter(),
-                limit: u64::from(p.limit.rule.requests_per_unit),
-                on_failure: self.options.failure.on_failure(
-                    &p.limit.rule.failure,
-                    u64::from(p.limit.rule.requests_per_unit),
-                ),
-                reference: None,
-            })
-            .collect();
-        let policy = if stop {
-            IncrementPolicy::OnlyIfNoneWouldExceed
-        } else {
-            IncrementPolicy::Always
-        };
-        let (batch, audited) = match &self.audit {
-            Some(audit) if !self.options.shadow_mode => {
-                let counted: Vec<&Pending> = pending.iter().filter(|p| !p.cached_over).collect();
-                let prefix = &self.options.cache_key_prefix;
-                audited::add_count_references(audit, &*self.store, prefix, request, batch, &counted)
-            }
-            _ => (batch, Vec::new()),
-        };
-        let mut counted = if batch.is_empty() {
-            Vec::new()
-        } else {
-            let work = Work::Count {
-                items: batch,
-                policy,
-            };
-            let mut reply = self.store.execute(&work, deadline).await;
-            if let (false, Work::Count { items, .. }) = (audited.is_empty(), &work) {
-                reply.answers = audited::judge_counts(&audited, items, reply.answers);
-            }
-            reply
-                .answers
-                .into_iter()
-                .map(|a| match a? {
-                    Answer::Checked(_) => Err(wrong_answer()),
-                    other => Ok(other),
-                })
-                .collect::<Result<Vec<_>, StoreError>>()?
-        }
-        .into_iter();
-        Ok(pending
-            .iter()
-            .map(|p| if p.cached_over { None } else { counted.next() })
-            .collect())
-    }
-
     fn jitter(&self) -> u64 {
         match self.options.expiration_jitter_max_seconds {
             0 => 0,
             max => rand::random_range(0..max),
         }
-    }
-
-    /// The status of one counted descriptor, with its per-rule stats.
-    fn status(&self, p: &Pending, answer: Option<Answer>, now: u64) -> DescriptorStatus {
-        let rule = &p.limit.rule;
-        let stats = &p.stats;
-        let after = match answer {
-            Some(Answer::ByPolicy(policy)) => return policy_status(p, &policy, now),
-            Some(Answer::Count(after)) => Some(after),
-            _ => None,
-        };
-        let verdict = match after {
-            None => {
-                stats.over_limit_with_local_cache.increment(p.hits);
-                fixed_window::judge_cached_over_limit(p.hits)
-            }
-            Some(after) => fixed_window::judge(
-                rule.requests_per_unit,
-                self.options.near_limit_ratio,
-                p.hits,
-                after.wrapping_sub(p.hits),
-                after,
-            ),
-        };
-        stats.over_limit.increment(verdict.over_limit_hits);
-        stats.near_limit.increment(verdict.near_limit_hits);
-        stats.within_limit.increment(verdict.within_limit_hits);
-        if verdict.over_limit && after.is_some() {
-            if let Some(cache) = &self.local_cache {
-                cache.insert(&p.key, p.window.start + p.window.length);
-            }
-        }
-        let code = if verdict.over_limit && rule.shadow_mode {
-            stats.shadow_mode.increment(verdict.shadowable_hits);
-            Code::Ok
-        } else if verdict.over_limit {
-            Code::OverLimit
-        } else {
-            Code::Ok
-        };
-        DescriptorStatus {
-            code,
-            current_limit: Some(current_limit(rule)),
-            limit_remaining: verdict.remaining,
-            duration_until_reset: Some(Duration::from_secs(p.window.reset_after(now))),
-        }
-    }
-}
-
-/// The limit a status of `rule` reports.
-fn current_limit(rule: &crate::config::RateLimitRule) -> CurrentLimit {
-    CurrentLimit {
-        requests_per_unit: rule.requests_per_unit,
-        unit: rule.unit,
-        name: rule.name.clone(),
-        window_seconds: rule.unit.seconds().unwrap_or(0),
-        burst: None,
-    }
-}
-
-/// A store that answered one kind of work with the other's answers.
-fn wrong_answer() -> StoreError {
-    StoreError::new(
-        StoreErrorKind::Rejected,
-        "the store answered with the wrong kind of answer",
-    )
-}
-
-/// The status of an original window that its failure policy answered: the
-/// floor's (or the denial's) remaining and retry, counted in the rule's
-/// statistics as any decision is; never put in the local cache.
-fn policy_status(p: &Pending, policy: &PolicyAnswer, now: u64) -> DescriptorStatus {
-    let rule = &p.limit.rule;
-    let denied = !policy.decision.is_allowed();
-    let code = if !denied {
-        p.stats.within_limit.increment(p.hits);
-        Code::Ok
-    } else if rule.shadow_mode {
-        p.stats.over_limit.increment(p.hits);
-        p.stats.shadow_mode.increment(p.hits);
-        Code::Ok
-    } else {
-        p.stats.over_limit.increment(p.hits);
-        Code::OverLimit
-    };
-    let until = match policy.decision {
-        Decision::Deny { retry_after, .. } => retry_after,
-        _ => Duration::from_secs(p.window.reset_after(now)),
-    };
-    DescriptorStatus {
-        code,
-        current_limit: Some(current_limit(rule)),
-        limit_remaining: u32::try_from(policy.decision.remaining()).unwrap_or(u32::MAX),
-        duration_until_reset: Some(until),
     }
 }
 

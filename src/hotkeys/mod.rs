@@ -6,19 +6,14 @@
 //!   sub-buckets over Redis Cluster slots is
 //!   [`crate::store::key::sub_bucket_key`], and the engine picks a
 //!   sub-bucket per request;
-//! - token leasing (`lease: true`) is a store layer, [`Leases`], with its
-//!   pure accounting and its bound in [`lease`];
+//! - token leasing (`lease: true`) is a store layer,
+//!   [`crate::resilience::Leases`], with its pure accounting and its bound
+//!   in [`crate::resilience::leases::lease`];
 //! - detection is [`TopKeys`]: a bounded top-K of keys by decisions per
 //!   second, served on `/hotkeys`.
 
-pub mod lease;
-pub mod leases;
-pub mod rate;
 pub mod top;
 pub mod view;
 
-pub use lease::{Lease, LeaseOptions};
-pub use leases::{LeaseTable, Leases};
-pub use rate::RateMeter;
 pub use top::TopKeys;
 pub use view::HotKeysView;

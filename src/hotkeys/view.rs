@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use super::leases::LeaseTable;
 use super::top::TopKeys;
 use crate::limiter::Clock;
+use crate::resilience::leases::LeaseTable;
 
 /// The top keys with what this instance holds of their leases.
 #[derive(Debug, Clone)]

@@ -1,5 +1,5 @@
 //! The original's fixed window: one counter per epoch-aligned window, and
-//! the status arithmetic of runtime.md §4.4, reproduced exactly (including
+//! the original's status arithmetic, reproduced exactly (including
 //! the 32-bit float near-limit threshold and unsigned wrap-around), so that
 //! statuses and per-rule counters match the original's for the same counts.
 //!
@@ -62,7 +62,8 @@ pub fn near_limit_threshold(limit: u32, ratio: f32) -> u64 {
 }
 
 /// The verdict for a counter that went from `before` to `after` on a
-/// request of `hits` (cases B and C of runtime.md §4.4). Callers pass
+/// request of `hits` (the counted cases; a local-cache hit is
+/// [`judge_cached_over_limit`]). Callers pass
 /// `before = after.wrapping_sub(hits)` with the nominal hits, which wraps, as
 /// the original's unsigned arithmetic does, when the counter was not
 /// incremented (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
@@ -136,7 +137,8 @@ mod tests {
         }
     }
 
-    /// The 14 rows of runtime.md §4.4 (C-1 … C-14).
+    /// The original's status arithmetic, row by row: within, near, crossing
+    /// and already over the limit, each with its per-rule counts.
     #[test]
     fn status_arithmetic_table() {
         // (L, h, before, after, over?, remaining, over, near, within);

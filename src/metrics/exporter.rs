@@ -1,20 +1,20 @@
 //! Sink selection, the global recorder, the flush task and the Prometheus
-//! endpoint (runtime.md §10.1, §7.3).
+//! endpoint.
 //!
-//! [`install`] chooses the sink exactly as the original (§10.1), installs the
+//! [`install`] chooses the sink exactly as the original, installs the
 //! process's [`MetricsRecorder`] once and starts the flush task; the returned
 //! [`MetricsHandle`] renders `/stats` and the Prometheus text, serves the
 //! Prometheus port and performs the final flush at shutdown.
 //!
 //! # Differences from the original
 //!
-//! - `[W21]`: [`MetricsHandle::flush_and_stop`] flushes one last time, so the
+//! - [`MetricsHandle::flush_and_stop`] flushes one last time, so the
 //!   counts of the last interval are not lost at shutdown.
-//! - `[W17]`: [`MetricsHandle::serve_prometheus`] serves only the metrics
+//! - [`MetricsHandle::serve_prometheus`] serves only the metrics
 //!   path (no `/debug/pprof`, no `/debug/vars`) and reports listener errors;
 //!   an unreadable or invalid `PROMETHEUS_MAPPER_YAML` is a start-up error
 //!   instead of silently dropping every mapping.
-//! - `[W25]`: see [`prometheus_mapping`](super::prometheus_mapping); in
+//! - the Prometheus names: see [`prometheus_mapping`](super::prometheus_mapping); in
 //!   addition, [`record_grpc_call`] records response times with sub-millisecond
 //!   precision, so the Prometheus histogram no longer rounds fast calls down
 //!   to 0 s (statsd still receives whole milliseconds, truncated, as before).
@@ -73,7 +73,7 @@ pub const LOCALCACHE_OVERWRITE_COUNT: &str = "ratelimit.localcache.overwriteCoun
 /// `ratelimit.localcache.averageAccessTime`.
 pub const LOCALCACHE_AVERAGE_ACCESS_TIME: &str = "ratelimit.localcache.averageAccessTime";
 
-/// The statistics settings (runtime.md §13), as plain data.
+/// The statistics settings, as plain data.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MetricsOptions {
     /// `DISABLE_STATS`: emit nothing (statistics stay readable in-process).
@@ -187,7 +187,7 @@ pub enum MetricsError {
     Serve(#[source] std::io::Error),
 }
 
-/// The sink of §10.1, checked in the original's order: `DISABLE_STATS`,
+/// The statistics sink, checked in the original's order: `DISABLE_STATS`,
 /// then `USE_DOG_STATSD` (exclusive with the others), then `USE_STATSD`
 /// (exclusive with Prometheus — and on by default), then `USE_PROMETHEUS`,
 /// else the logging sink.
@@ -362,7 +362,7 @@ pub fn build(opts: MetricsOptions) -> Result<(MetricsRecorder, MetricsHandle), M
     Ok((MetricsRecorder { core }, handle))
 }
 
-/// Chooses the sink (§10.1), installs the global recorder (once per
+/// Chooses the sink, installs the global recorder (once per
 /// process) and starts the flush task. Must be called within a Tokio
 /// runtime. Nothing is installed when an error is returned.
 pub fn install(opts: MetricsOptions) -> Result<MetricsHandle, MetricsError> {
@@ -484,7 +484,7 @@ impl MetricsHandle {
         report
     }
 
-    /// Stops the flush task after one final flush (`[W21]`), waiting for it
+    /// Stops the flush task after one final flush, waiting for it
     /// at most a few statsd timeouts. Without a task (see [`build`]) it just
     /// flushes. Safe to call more than once.
     pub async fn flush_and_stop(&self) {
@@ -519,7 +519,7 @@ impl MetricsHandle {
         handle.render()
     }
 
-    /// Every statistic for the debug port's `/stats` (`[W31]`): one
+    /// Every statistic for the debug port's `/stats`: one
     /// `name: value\n` line per statistic in the original's statsd naming
     /// (without `EXTRA_TAGS`), sorted by name. Counters show their total
     /// since start (or since the statistic was last forgotten), gauges their
@@ -530,7 +530,7 @@ impl MetricsHandle {
         self.core.render_stats()
     }
 
-    /// Serves the Prometheus text on `path` only (`[W17]`; a path ending in
+    /// Serves the Prometheus text on `path` only (a path ending in
     /// `/` also serves everything below it, like Go's mux; empty = `/metrics`)
     /// until `shutdown` completes; any method is accepted, other paths get
     /// `404 page not found`.
@@ -634,7 +634,7 @@ pub fn record_grpc_call(method: &str, elapsed: Duration) {
     }
 }
 
-/// The local cache's statistics (`ratelimit.localcache.*` gauges, §4.5).
+/// The local cache's statistics (`ratelimit.localcache.*` gauges).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LocalCacheGauges {
     /// `hitCount`.

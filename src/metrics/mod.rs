@@ -1,12 +1,12 @@
-//! Every statistic of the original, under the original's names
-//! (runtime.md §10.3), recorded through the `metrics` facade.
+//! Every statistic of the original, under the original's names,
+//! recorded through the `metrics` facade.
 //!
 //! Names here are the original's statsd names (`ratelimit.service.…`); the
 //! exporters translate them (Prometheus through the original's default
 //! mapping, statsd as they are). This module owns every name; nothing else
 //! spells one.
 //!
-//! Cardinality is bounded, unlike the original's (`[W12]`): per-rule and
+//! Cardinality is bounded, unlike the original's: per-rule and
 //! per-domain handles live in a cache of at most [`MAX_DYNAMIC_KEYS`]
 //! entries, so request-supplied values (unknown domains, override and
 //! detailed-metric keys) cannot grow this process's handle table without

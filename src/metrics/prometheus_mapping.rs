@@ -1,18 +1,18 @@
 //! The translation of the original's statsd names into Prometheus metric
-//! names and labels (runtime.md §10.4).
+//! names and labels.
 //!
 //! The original feeds every flushed stat into an embedded `statsd_exporter`
 //! whose mapping is either the built-in default or the file named by
 //! `PROMETHEUS_MAPPER_YAML`. This module reproduces both:
 //!
 //! - [`map_statsd_name`] / [`Mapper::Default`]: the built-in default mapping
-//!   as a pure function (the table of §10.4);
+//!   as a pure function (the original's default table);
 //! - [`CustomMapping`]: the common subset of `statsd_exporter` mapping files
 //!   (glob and regex `match`, `name`, `labels` with `$n` substitutions,
 //!   `match_metric_type`, `action: drop`, `timer_type`/`observer_type`,
 //!   histogram `buckets` and `scale`).
 //!
-//! # Deliberate differences from the original (`[W25]`)
+//! # Deliberate differences from the original
 //!
 //! - The default mapping's three-or-more-level rules are **anchored**: the
 //!   original's regexes are unanchored, so
@@ -32,7 +32,7 @@ use std::path::Path;
 
 use regex::Regex;
 
-use crate::config::yaml::{self, Node, NodeKind, Resolved};
+use crate::yaml::{self, Node, NodeKind, Resolved};
 
 /// `statsd_exporter`'s (and Prometheus') default histogram buckets, in
 /// seconds: 5 ms … 10 s.
@@ -129,10 +129,10 @@ impl Mapper {
     }
 }
 
-/// The original's built-in default mapping (§10.4), with the three-level
+/// The original's built-in default mapping, with the three-level
 /// rules anchored (see the module documentation): the Prometheus name and
 /// labels of a statsd `name`, taking each name as the kind the catalogue
-/// (§10.3) gives it — which only matters for the counter-only rules
+/// gives it — which only matters for the counter-only rules
 /// (`should_rate_limit.*`, `total_requests`, `config_load_*`), all counters.
 ///
 /// ```

@@ -7,7 +7,7 @@
 //! Prometheus feed) and, for timers, the samples recorded since the previous
 //! flush (bounded by [`MAX_PENDING_SAMPLES`]).
 //!
-//! Cardinality (`[W12]`): cells whose name starts with
+//! Cardinality: cells whose name starts with
 //! [`RATE_LIMIT_PREFIX`](super::RATE_LIMIT_PREFIX) (request-supplied keys)
 //! are *dynamic*. A dynamic cell is removed by [`Core::sweep`] once nothing
 //! but the registry references it (no handle is held anywhere, checked under
@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use metrics::{
     Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Label, Metadata,

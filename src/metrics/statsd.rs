@@ -1,4 +1,4 @@
-//! The statsd wire format and transport (runtime.md §10.1, §10.2).
+//! The statsd wire format and transport.
 //!
 //! Lines are `<name>:<value>|c`, `|g` or `|ms`, each terminated by `\n`;
 //! DogStatsD lines append `|#k:v,…`. `EXTRA_TAGS` are serialised into plain
@@ -16,7 +16,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io;
 use std::str::FromStr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UdpSocket};

@@ -1,8 +1,8 @@
 //! [`Breaker`]: one [`Circuit`] per store node in front of a store.
 //!
-//! Each item goes to the node [`Store::node_of`] names (for Redis Cluster
+//! Each item goes to the node it names ([`Item::node`]: for Redis Cluster
 //! the primary that owns its slot, so a bad primary never holds back keys on
-//! the others). Items for a node whose circuit is open are not sent: they
+//! the others); an item that names none is always sent. Items for a node whose circuit is open are not sent: they
 //! fail at once with [`StoreErrorKind::CircuitOpen`] and the time until the
 //! node's next probe, for the failure policies above to answer. A node
 //! counts one failure per request whose items on it timed out or could not
@@ -19,6 +19,8 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::circuit::{Admit, Change, Circuit};
+#[cfg(doc)]
+use crate::store::Item;
 use crate::store::{NodeId, Reply, Store, StoreError, StoreErrorKind, Work};
 
 /// When a node's circuit opens, and for how long.
@@ -149,12 +151,7 @@ fn circuit_open(node: &NodeId, retry_after: Duration) -> StoreError {
 #[async_trait]
 impl<S: Store> Store for Breaker<S> {
     async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
-        let nodes: Vec<Option<NodeId>> = (0..work.len())
-            .map(|i| {
-                let (key, one_second, _) = work.item(i);
-                self.inner.node_of(key, one_second)
-            })
-            .collect();
+        let nodes: Vec<Option<NodeId>> = work.items.iter().map(|i| i.node.clone()).collect();
         let admitted = self.admit(&nodes);
         let refusal = |node: &Option<NodeId>| {
             let node = node.as_ref()?;
@@ -196,13 +193,5 @@ impl<S: Store> Store for Breaker<S> {
         };
         self.record(&admitted, &nodes, &reply);
         reply
-    }
-
-    fn node_of(&self, key: &str, one_second: bool) -> Option<NodeId> {
-        self.inner.node_of(key, one_second)
-    }
-
-    fn reference_step(&self, subject: &str, reference: &str) -> crate::store::ReferenceStep {
-        self.inner.reference_step(subject, reference)
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::store::{NodeId, Reply, Store, StoreError, StoreErrorKind, Work, DEADLINE_EXCEEDED};
+use crate::store::{Reply, Store, StoreError, StoreErrorKind, Work, DEADLINE_EXCEEDED};
 
 /// A store whose every call ends within `timeout`.
 #[derive(Debug)]
@@ -47,13 +47,5 @@ impl<S: Store> Store for Deadline<S> {
                 &StoreError::new(StoreErrorKind::Timeout, DEADLINE_EXCEEDED),
             ),
         }
-    }
-
-    fn node_of(&self, key: &str, one_second: bool) -> Option<NodeId> {
-        self.inner.node_of(key, one_second)
-    }
-
-    fn reference_step(&self, subject: &str, reference: &str) -> crate::store::ReferenceStep {
-        self.inner.reference_step(subject, reference)
     }
 }

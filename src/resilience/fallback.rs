@@ -27,8 +27,8 @@ use crate::limiter::{Clock, Decision};
 use crate::metrics;
 use crate::store::memory::SweeperGuard;
 use crate::store::{
-    Answer, Check, CheckedLimit, Commit, MemoryStore, NodeId, OnFailure, PolicyAnswer, Reply,
-    Store, StoreError, StoreErrorKind, Work,
+    Answer, Item, Limit, MemoryStore, OnFailure, Policy, PolicyAnswer, Reply, Store, StoreError,
+    StoreErrorKind, Work,
 };
 
 /// The shortest retry a fail-closed denial names.
@@ -61,46 +61,22 @@ impl<S: Store> Fallback<S> {
     }
 }
 
-/// The floor's check for item `i` of `work`: the same key, algorithm and
-/// window, with `fallback` as the limit. `None` if that limit cannot be
-/// built (then the item is denied).
-fn floor_check(work: &Work, i: usize, fallback: u64) -> Option<Check> {
-    let (key, cost, limit) = match work {
-        Work::Count { items, .. } => {
-            let c = &items[i];
-            let limit = CheckedLimit::OriginalWindow {
-                limit: fallback,
-                window: c.window,
-                ttl_seconds: c.ttl_seconds,
-            };
-            (&c.key, c.hits, limit)
-        }
-        Work::Check { items, .. } => {
-            let c = &items[i];
-            let limit = match &c.limit {
-                CheckedLimit::OriginalWindow {
-                    window,
-                    ttl_seconds,
-                    ..
-                } => CheckedLimit::OriginalWindow {
-                    limit: fallback,
-                    window: *window,
-                    ttl_seconds: *ttl_seconds,
-                },
-                CheckedLimit::Algorithm(l) => CheckedLimit::Algorithm(l.scaled_to(fallback).ok()?),
-                // An audit reference has no floor (and fails with `Error`).
-                CheckedLimit::Reference(_) => return None,
-            };
-            (&c.key, c.cost, limit)
-        }
+/// The floor of `item`: the same key, algorithm and window, with
+/// `fallback` as the limit, deciding on its own. `None` if that limit
+/// cannot be built (then the item is denied).
+fn floor_of(item: &Item, fallback: u64) -> Option<Item> {
+    let limit = match &item.limit {
+        Limit::Counter(w) | Limit::Window(w) => Limit::Window(crate::store::OriginalWindow {
+            limit: fallback,
+            ..*w
+        }),
+        Limit::Algorithm(l) => Limit::Algorithm(l.scaled_to(fallback).ok()?),
+        // An audit reference has no floor (and fails with `Error`).
+        Limit::Reference { .. } => return None,
     };
-    Some(Check {
-        key: key.clone(),
-        limit,
-        cost,
+    Some(Item {
         binding: false,
-        on_failure: OnFailure::Error,
-        lease: false,
+        ..Item::new(item.key.clone(), limit, item.cost)
     })
 }
 
@@ -139,13 +115,7 @@ fn count_failures(reply: &Reply) {
 impl<S: Store> Store for Fallback<S> {
     async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
         let mut reply = self.inner.execute(work, deadline).await;
-        let refund = matches!(
-            work,
-            Work::Check {
-                commit: Commit::Refund { .. },
-                ..
-            }
-        );
+        let refund = matches!(work.policy, Policy::Refund { .. });
         // A refund that failed is the caller's to report, not a decision.
         if refund || reply.answers.iter().all(Result::is_ok) {
             return reply;
@@ -158,15 +128,15 @@ impl<S: Store> Store for Fallback<S> {
             if !e.is_transient() {
                 continue;
             }
-            match work.item(i).2 {
+            match work.items[i].on_failure {
                 OnFailure::Error => {}
                 OnFailure::Closed => {
                     ::metrics::counter!(metrics::STORE_FAIL_CLOSED_DENIAL).increment(1);
                     *answer = Ok(closed(e));
                 }
-                OnFailure::Open { fallback } => match floor_check(work, i, fallback) {
-                    Some(check) => {
-                        floors.push(check);
+                OnFailure::Open { fallback } => match floor_of(&work.items[i], fallback) {
+                    Some(floor) => {
+                        floors.push(floor);
                         floor_at.push(i);
                     }
                     None => *answer = Ok(closed(e)),
@@ -176,30 +146,24 @@ impl<S: Store> Store for Fallback<S> {
         if floors.is_empty() {
             return reply;
         }
-        let decided = match self.floor.decide(&floors, Commit::IfAllPass) {
-            Ok(d) => d.results,
+        let decided = match self.floor.apply(&Work::new(floors, Policy::Commit)) {
+            Ok(d) => d.answers,
             // The floor of an original window that cannot be built: the
             // items stay failed.
             Err(_) => return reply,
         };
-        for (i, checked) in floor_at.into_iter().zip(decided) {
+        for (i, answer) in floor_at.into_iter().zip(decided) {
+            let Ok(answer) = answer else { continue };
+            let decision = answer.decision();
             ::metrics::counter!(metrics::STORE_FALLBACK_DECISION).increment(1);
-            if !checked.decision.is_allowed() {
+            if !decision.is_allowed() {
                 ::metrics::counter!(metrics::STORE_FALLBACK_OVER_LIMIT).increment(1);
             }
             reply.answers[i] = Ok(Answer::ByPolicy(PolicyAnswer {
-                decision: checked.decision,
+                decision,
                 fell_back: true,
             }));
         }
         reply
-    }
-
-    fn node_of(&self, key: &str, one_second: bool) -> Option<NodeId> {
-        self.inner.node_of(key, one_second)
-    }
-
-    fn reference_step(&self, subject: &str, reference: &str) -> crate::store::ReferenceStep {
-        self.inner.reference_step(subject, reference)
     }
 }

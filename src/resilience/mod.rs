@@ -1,18 +1,19 @@
-//! What happens when the store cannot answer: layers over the one store
-//! seam ([`Store::execute`]), each a [`Store`] wrapping a [`Store`], as
-//! tower's layers wrap a service.
+//! The layers between the engine and a store: each a [`Store`] wrapping a
+//! [`Store`] through the one seam ([`Store::execute`]), as tower's layers
+//! wrap a service, each with its bound in its own doc. A request's work
+//! goes down them once.
 //!
 //! The stack, outermost first (see [`wrap`]):
 //! - [`Fallback`]: items the store could not answer are answered by their
 //!   rule's `failure_mode`: `open` by a local floor, `closed` by a denial,
 //!   `error` left failing (the original's UNKNOWN);
-//! - [`Leases`](crate::hotkeys::Leases): leased hot keys answered from
-//!   batches (below the fallback, so that a lease is spent during an
-//!   outage and a failed take is answered by the rule's policy for the
-//!   request's own cost);
-//! - [`Breaker`]: a [`circuit::Circuit`] per store node; an open one sends
-//!   nothing and fails its items at once;
-//! - [`Deadline`]: `STORE_TIMEOUT` on every call.
+//! - [`Leases`]: leased hot keys answered from batches (below the
+//!   fallback, so that a lease is spent during an outage and a failed take
+//!   is answered by the rule's policy for the request's own cost);
+//! - [`Breaker`]: a [`circuit::Circuit`] per store node, named in each item;
+//!   an open one sends nothing and fails its items at once;
+//! - [`Deadline`]: `STORE_TIMEOUT` on every call, the request's one
+//!   deadline.
 //!
 //! The memory store has nothing to fail and is not wrapped.
 //!
@@ -22,6 +23,7 @@ pub mod breaker;
 pub mod circuit;
 pub mod deadline;
 pub mod fallback;
+pub mod leases;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,8 +31,8 @@ use std::time::Duration;
 pub use breaker::{Breaker, BreakerOptions};
 pub use deadline::Deadline;
 pub use fallback::Fallback;
+pub use leases::{LeaseOptions, Leases};
 
-use crate::hotkeys::{LeaseOptions, Leases};
 use crate::limiter::Clock;
 use crate::store::Store;
 

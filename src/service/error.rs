@@ -21,7 +21,7 @@ pub fn to_status(e: &ServiceError) -> Status {
 }
 
 /// The HTTP status of `/json` for a failed call: 400, as the original
-/// (which also answers 400 for store failures, `[W24]`).
+/// (which also answers 400 for store failures).
 pub fn to_http_status(_: &ServiceError) -> u16 {
     400
 }

@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use tonic::codegen::http;
 use tower::{Layer, Service};

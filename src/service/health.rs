@@ -1,4 +1,4 @@
-//! The health model (runtime.md §8): named components, all of which must be
+//! The health model: named components, all of which must be
 //! healthy; seen over HTTP (`/healthcheck`) and gRPC (`grpc.health.v1`,
 //! service name `ratelimit`; the empty name always reports SERVING).
 

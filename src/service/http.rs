@@ -1,4 +1,4 @@
-//! The main HTTP port (`HOST`:`PORT`, runtime.md §7.1): `/healthcheck` and
+//! The main HTTP port (`HOST`:`PORT`): `/healthcheck` and
 //! `/json`, any method; anything else 404 `404 page not found`.
 
 use std::sync::Arc;
@@ -16,12 +16,12 @@ use crate::service::error::to_http_status;
 use crate::service::health::Health;
 use crate::service::json;
 
-/// Largest `/json` body accepted (the original has no limit, `[W24]`); the
+/// Largest `/json` body accepted (the original has no limit); the
 /// same as the gRPC port's 4 MiB message limit.
 pub const MAX_JSON_BODY: usize = 4 * 1024 * 1024;
 
 /// How long a `/json` call may take before it is answered as failed (the
-/// original has no deadline, `[W7]`).
+/// original has no deadline).
 pub const JSON_DEADLINE: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone)]

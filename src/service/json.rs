@@ -1,5 +1,5 @@
 //! The proto3 JSON mapping of `RateLimitRequest` / `RateLimitResponse` for
-//! the `/json` endpoint (runtime.md §7.1): both field-name styles accepted,
+//! the `/json` endpoint: both field-name styles accepted,
 //! unknown fields rejected, enums by name or number, 64-bit and 32-bit
 //! integers as numbers or strings; output compact, lowerCamelCase, default
 //! values omitted, fields in proto order.

@@ -1,4 +1,4 @@
-//! TLS and mTLS for the gRPC port (runtime.md §12.4).
+//! TLS and mTLS for the gRPC port.
 //!
 //! - `GRPC_SERVER_USE_TLS`: the certificate chain `GRPC_SERVER_TLS_CERT` and
 //!   key `GRPC_SERVER_TLS_KEY` (both in one directory) are served; the pair
@@ -6,7 +6,7 @@
 //!   previous pair), so certificate rotation needs no restart.
 //! - `GRPC_CLIENT_TLS_CACERT`: clients must present a certificate that
 //!   verifies against **that CA only**. The original trusts the system roots
-//!   too (`[W23]`), so any publicly issued client certificate got in.
+//!   too, so any publicly issued client certificate got in.
 //! - `GRPC_CLIENT_TLS_SAN`: the client certificate must also be valid for
 //!   that DNS name.
 

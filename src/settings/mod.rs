@@ -1,5 +1,5 @@
 //! Settings: the 114 environment variables of the original service, parsed into typed,
-//! grouped values (runtime spec §13).
+//! grouped values.
 //!
 //! Values are read through a [`Source`] ([`Env`] in production, [`MapSource`] in tests), once,
 //! at start-up. An unset variable takes its default from [`vars::VARS`]; a variable set to the
@@ -88,7 +88,7 @@ pub struct AuditSettings {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct HotKeySettings {
     /// `LEASE_MIN_RATE`, `LEASE_DURATION`, `LEASE_TTL`, `LEASE_MAX_SHARE`.
-    pub lease: crate::hotkeys::LeaseOptions,
+    pub lease: LeaseSettings,
     /// `HOT_KEYS_TOP_K` (0: off).
     pub top_k: usize,
 }
@@ -245,8 +245,8 @@ pub struct XdsSettings {
     pub backoff_initial_interval: Duration,
     /// `XDS_CLIENT_BACKOFF_MAX_INTERVAL`: reconnect back-off maximum.
     pub backoff_max_interval: Duration,
-    /// `XDS_CLIENT_BACKOFF_RANDOM_FACTOR`: the original uses it as the back-off multiplier
-    /// (runtime spec W16).
+    /// `XDS_CLIENT_BACKOFF_RANDOM_FACTOR`: the original uses it as the back-off
+    /// multiplier, whatever its name says.
     pub backoff_random_factor: f64,
     /// `XDS_CLIENT_BACKOFF_JITTER`: jitter on the back-off.
     pub backoff_jitter: bool,
@@ -255,7 +255,7 @@ pub struct XdsSettings {
     pub max_msg_size_in_bytes: i64,
 }
 
-/// Statistics sinks. The sink choice (runtime spec §10.1) is made by the stats layer from
+/// Statistics sinks. The sink choice is made by the stats layer from
 /// the flags; conflicting flags are not an error here.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatsSettings {
@@ -339,10 +339,50 @@ pub struct ResponseHeaderSettings {
     /// `LIMIT_RESET_HEADER`: header name for the seconds until reset.
     pub reset: String,
     /// `LIMIT_RESPONSE_HEADERS_FORMAT` (ours): which headers.
-    pub format: crate::engine::HeaderFormat,
+    pub format: HeaderFormatSetting,
     /// `RETRY_AFTER_JITTER` (ours): the largest random delay added to the
     /// retry time of a refusal.
     pub retry_after_jitter: Duration,
+}
+
+/// `LIMIT_RESPONSE_HEADERS_FORMAT`: which rate-limit headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HeaderFormatSetting {
+    /// `original`: the original's three headers.
+    #[default]
+    Original,
+    /// `ietf`: `RateLimit-Policy` and `RateLimit` (draft 11).
+    Ietf,
+    /// `x-ratelimit`: Envoy's `X-RateLimit-*` (draft 03).
+    XRateLimit,
+}
+
+impl std::str::FromStr for HeaderFormatSetting {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<HeaderFormatSetting, ()> {
+        match s {
+            "original" => Ok(HeaderFormatSetting::Original),
+            "ietf" => Ok(HeaderFormatSetting::Ietf),
+            "x-ratelimit" => Ok(HeaderFormatSetting::XRateLimit),
+            _ => Err(()),
+        }
+    }
+}
+
+/// Token leasing (ours): `LEASE_MIN_RATE`, `LEASE_DURATION`, `LEASE_TTL`,
+/// `LEASE_MAX_SHARE`.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LeaseSettings {
+    /// `LEASE_MIN_RATE`: decisions per second below which a key is not
+    /// leased.
+    pub min_rate: u64,
+    /// `LEASE_DURATION`: how much of a key's traffic one batch covers.
+    pub duration: Duration,
+    /// `LEASE_TTL`: the longest a lease lives.
+    pub ttl: Duration,
+    /// `LEASE_MAX_SHARE`: the largest batch as a share of the capacity.
+    pub max_share: f64,
 }
 
 /// The Redis backend: a main client, an optional per-second client, and what they share.
@@ -905,7 +945,7 @@ impl Settings {
                 fallback_share: r.get(ENV_STORE_FALLBACK_SHARE, parse_share),
             },
             hot_keys: HotKeySettings {
-                lease: crate::hotkeys::LeaseOptions {
+                lease: LeaseSettings {
                     min_rate: r.get(ENV_LEASE_MIN_RATE, parse_count),
                     duration: r.get(ENV_LEASE_DURATION, parse_positive_duration),
                     ttl: r.get(ENV_LEASE_TTL, parse_positive_duration),

@@ -79,7 +79,7 @@ pub fn spec(name: &str) -> Option<&'static VarSpec> {
 /// original's behaviour).
 pub const ENV_SHUTDOWN_DRAIN_DURATION: &str = "SHUTDOWN_DRAIN_DURATION";
 /// How long in-flight calls may run after the listeners close before
-/// connections are cut. Ours; the original waits forever (`[W22]`).
+/// connections are cut. Ours; the original waits forever.
 pub const ENV_SHUTDOWN_TIMEOUT: &str = "SHUTDOWN_TIMEOUT";
 
 /// `tcp` (default) or `udp`: the statsd transport. Read by the original's
@@ -279,7 +279,7 @@ macro_rules! vars {
         )*
 
         /// Every variable of the original, in the order of the specification table
-        /// (runtime spec §13). Names are unique (unit-tested).
+        ///. Names are unique (unit-tested).
         pub static VARS: &[VarSpec] = &[
             $(VarSpec {
                 name: $konst,
@@ -298,7 +298,7 @@ vars! {
     ENV_PORT = "PORT", Int, "8080", Active;
     /// Bind address of the debug port.
     ENV_DEBUG_HOST = "DEBUG_HOST", String, "0.0.0.0", Active;
-    /// Debug port (runtime spec §7.2).
+    /// Debug port.
     ENV_DEBUG_PORT = "DEBUG_PORT", Int, "6070", Active;
     /// If set, gRPC listens on this unix socket instead of host:port.
     ENV_GRPC_UDS = "GRPC_UDS", String, "", Active;
@@ -320,7 +320,7 @@ vars! {
     ENV_GRPC_CLIENT_TLS_CACERT = "GRPC_CLIENT_TLS_CACERT", String, "", Active;
     /// DNS SAN the client certificate must match.
     ENV_GRPC_CLIENT_TLS_SAN = "GRPC_CLIENT_TLS_SAN", String, "", Active;
-    /// Log level (runtime spec §12.8).
+    /// Log level.
     ENV_LOG_LEVEL = "LOG_LEVEL", String, "WARN", Active;
     /// `json` ⇒ JSON logs.
     ENV_LOG_FORMAT = "LOG_FORMAT", String, "text", Active;
@@ -334,7 +334,7 @@ vars! {
     ENV_CONFIG_GRPC_XDS_NODE_METADATA = "CONFIG_GRPC_XDS_NODE_METADATA", String, "", Active;
     /// XDS management server (gRPC target).
     ENV_CONFIG_GRPC_XDS_SERVER_URL = "CONFIG_GRPC_XDS_SERVER_URL", String, "localhost:18000", Active;
-    /// Stream retry interval (effectively unused, runtime spec §11.3).
+    /// Stream retry interval (effectively unused).
     ENV_CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL = "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", Duration, "3s", Active;
     /// Extra gRPC metadata on the xDS stream.
     ENV_CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS = "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", Map, "", Active;
@@ -352,23 +352,23 @@ vars! {
     ENV_XDS_CLIENT_BACKOFF_INITIAL_INTERVAL = "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", Duration, "10s", Active;
     /// Reconnect back-off maximum.
     ENV_XDS_CLIENT_BACKOFF_MAX_INTERVAL = "XDS_CLIENT_BACKOFF_MAX_INTERVAL", Duration, "60s", Active;
-    /// Used as the back-off *multiplier* (runtime spec W16).
+    /// Used as the back-off *multiplier*, as the original does.
     ENV_XDS_CLIENT_BACKOFF_RANDOM_FACTOR = "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", Float, "0.5", Active;
     /// Jitter on the back-off.
     ENV_XDS_CLIENT_BACKOFF_JITTER = "XDS_CLIENT_BACKOFF_JITTER", Bool, "true", Active;
     /// Max xDS message size received.
     ENV_XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES = "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", Int, "0", Active;
-    /// DogStatsD sink (runtime spec §10.1).
+    /// DogStatsD sink.
     ENV_USE_DOG_STATSD = "USE_DOG_STATSD", Bool, "false", Active;
-    /// Mogrifier names (runtime spec §10.5).
+    /// Mogrifier names.
     ENV_USE_DOG_STATSD_MOGRIFIERS = "USE_DOG_STATSD_MOGRIFIERS", List, "", Active;
-    /// Statsd sink (runtime spec §10.1).
+    /// Statsd sink.
     ENV_USE_STATSD = "USE_STATSD", Bool, "true", Active;
     /// Statsd/DogStatsD host.
     ENV_STATSD_HOST = "STATSD_HOST", String, "localhost", Active;
     /// Statsd/DogStatsD port.
     ENV_STATSD_PORT = "STATSD_PORT", Int, "8125", Active;
-    /// Tags added to all stats (runtime spec §10.2).
+    /// Tags added to all stats.
     ENV_EXTRA_TAGS = "EXTRA_TAGS", Map, "", Active;
     /// Stats flush period (must be > 0).
     ENV_STATS_FLUSH_INTERVAL = "STATS_FLUSH_INTERVAL", Duration, "10s", Active;
@@ -384,7 +384,7 @@ vars! {
     ENV_PROMETHEUS_MAPPER_YAML = "PROMETHEUS_MAPPER_YAML", String, "", Active;
     /// Keep response time in ms in the default mapping.
     ENV_PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS = "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", Bool, "false", Active;
-    /// FILE provider root (runtime spec §11.2).
+    /// FILE provider root.
     ENV_RUNTIME_ROOT = "RUNTIME_ROOT", String, "/srv/runtime_data/current", Active;
     /// Subdirectory under the root.
     ENV_RUNTIME_SUBDIRECTORY = "RUNTIME_SUBDIRECTORY", String, "", Active;
@@ -398,15 +398,15 @@ vars! {
     ENV_EXPIRATION_JITTER_MAX_SECONDS = "EXPIRATION_JITTER_MAX_SECONDS", Int, "300", Active;
     /// Size of the local over-limit cache; 0 = off.
     ENV_LOCAL_CACHE_SIZE_IN_BYTES = "LOCAL_CACHE_SIZE_IN_BYTES", Int, "0", Active;
-    /// Near-limit threshold ratio (runtime spec §4.4).
+    /// Near-limit threshold ratio.
     ENV_NEAR_LIMIT_RATIO = "NEAR_LIMIT_RATIO", Float, "0.8", Active;
     /// Prefix of every backend key.
     ENV_CACHE_KEY_PREFIX = "CACHE_KEY_PREFIX", String, "", Active;
     /// `redis` (or empty) / `memcache`.
     ENV_BACKEND_TYPE = "BACKEND_TYPE", String, "redis", Active;
-    /// Runtime spec §5.3 (Redis only).
+    /// Redis only.
     ENV_STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", Bool, "false", Active;
-    /// Add rate-limit headers (runtime spec §9).
+    /// Add rate-limit headers.
     ENV_LIMIT_RESPONSE_HEADERS_ENABLED = "LIMIT_RESPONSE_HEADERS_ENABLED", Bool, "false", Active;
     /// Header name for the limit.
     ENV_LIMIT_LIMIT_HEADER = "LIMIT_LIMIT_HEADER", String, "RateLimit-Limit", Active;
@@ -414,13 +414,13 @@ vars! {
     ENV_LIMIT_REMAINING_HEADER = "LIMIT_REMAINING_HEADER", String, "RateLimit-Remaining", Active;
     /// Header name for seconds until reset.
     ENV_LIMIT_RESET_HEADER = "LIMIT_RESET_HEADER", String, "RateLimit-Reset", Active;
-    /// Add the `config` health component (runtime spec §8).
+    /// Add the `config` health component.
     ENV_HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED = "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", Bool, "false", Active;
     /// Network for `REDIS_URL` (`unix`/`tcp`).
     ENV_REDIS_SOCKET_TYPE = "REDIS_SOCKET_TYPE", String, "unix", Active;
     /// `single`/`cluster`/`sentinel` (case-insensitive).
     ENV_REDIS_TYPE = "REDIS_TYPE", String, "SINGLE", Active;
-    /// Redis address(es), runtime spec §5.1.
+    /// Redis address(es).
     ENV_REDIS_URL = "REDIS_URL", String, "/var/run/nutcracker/ratelimit.sock", Active;
     /// Connections per Redis node.
     ENV_REDIS_POOL_SIZE = "REDIS_POOL_SIZE", Int, "10", Active;
@@ -440,7 +440,7 @@ vars! {
     ENV_REDIS_PIPELINE_WINDOW = "REDIS_PIPELINE_WINDOW", Duration, "0", Accepted;
     /// Deprecated, no effect.
     ENV_REDIS_PIPELINE_LIMIT = "REDIS_PIPELINE_LIMIT", Int, "0", Accepted;
-    /// Cluster key-group concurrency (runtime spec §5.1).
+    /// Cluster key-group concurrency.
     ENV_REDIS_CLUSTER_PIPELINE_PARALLELISM = "REDIS_CLUSTER_PIPELINE_PARALLELISM", Int, "1", Accepted;
     /// Separate Redis for SECOND limits.
     ENV_REDIS_PERSECOND = "REDIS_PERSECOND", Bool, "false", Active;
@@ -466,7 +466,7 @@ vars! {
     ENV_REDIS_PERSECOND_PIPELINE_LIMIT = "REDIS_PERSECOND_PIPELINE_LIMIT", Int, "0", Accepted;
     /// As `REDIS_CLUSTER_PIPELINE_PARALLELISM`.
     ENV_REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM = "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", Int, "1", Accepted;
-    /// Tie the `redis` health component to live connections (runtime spec §5.9).
+    /// Tie the `redis` health component to live connections.
     ENV_REDIS_HEALTH_CHECK_ACTIVE_CONNECTION = "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", Bool, "false", Active;
     /// Dial timeout (main).
     ENV_REDIS_TIMEOUT = "REDIS_TIMEOUT", Duration, "10s", Active;
@@ -500,11 +500,11 @@ vars! {
     ENV_MEMCACHE_TLS_CACERT = "MEMCACHE_TLS_CACERT", String, "", Active;
     /// Verify chain but not host name.
     ENV_MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION = "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", Bool, "false", Active;
-    /// Global shadow mode (runtime spec §12.1).
+    /// Global shadow mode.
     ENV_SHADOW_MODE = "SHADOW_MODE", Bool, "false", Active;
-    /// Global quota mode (runtime spec §12.2).
+    /// Global quota mode.
     ENV_QUOTA_MODE = "QUOTA_MODE", Bool, "false", Active;
-    /// Fill `dynamic_metadata` (runtime spec §3.7).
+    /// Fill `dynamic_metadata`.
     ENV_RESPONSE_DYNAMIC_METADATA = "RESPONSE_DYNAMIC_METADATA", Bool, "false", Active;
     /// Allow several files for one domain (config document).
     ENV_MERGE_DOMAIN_CONFIG = "MERGE_DOMAIN_CONFIG", Bool, "false", Active;
@@ -529,7 +529,7 @@ mod tests {
 
     #[test]
     fn table_has_all_114_names_once() {
-        assert_eq!(VARS.len(), 114, "runtime spec §13 lists 114 variables");
+        assert_eq!(VARS.len(), 114, "the original has 114 variables");
         let names: HashSet<&str> = VARS.iter().map(|v| v.name).collect();
         assert_eq!(names.len(), VARS.len(), "a name appears twice");
     }

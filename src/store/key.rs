@@ -1,5 +1,5 @@
-//! The fixed-window cache key, byte-identical to the original's
-//! (runtime.md §4.2, config-and-matching.md §5.10), so that an old and a new
+//! The fixed-window cache key, byte-identical to the original's,
+//! so that an old and a new
 //! instance on one Redis share counters.
 //!
 //! `prefix · domain · "_" · Σ (key · "_" · (pattern or value) · "_") · window_start`

@@ -28,15 +28,16 @@ use parking_lot::{Mutex, MutexGuard};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 use super::{
-    Answer, Check, CheckReply, Checked, CheckedLimit, Commit, Increment, IncrementPolicy, Reply,
-    Store, StoreError, StoreErrorKind, Work,
+    Answer, Decided, Limit, OriginalWindow, Policy, Reply, Store, StoreError, StoreErrorKind, Work,
 };
-use crate::limiter::fixed_window::Window;
-use crate::limiter::{Algorithm, Clock, FixedWindowCounter, Limiter, LimiterState, WindowCount};
+use crate::limiter::{
+    Algorithm, Clock, Decision, FixedWindowCounter, Limiter, LimiterState, WindowCount,
+};
 
 const SHARDS: usize = 64;
 
-/// A counter: its value and the Unix second at which it expires.
+/// A counter of the original's: its value and the Unix second at which it
+/// expires.
 #[derive(Debug, Clone, Copy)]
 struct Counter {
     count: u64,
@@ -61,7 +62,7 @@ impl Hasher for PassThrough {
     }
 }
 
-type Shard = HashMap<u128, Counter, BuildHasherDefault<PassThrough>>;
+type Table<V> = HashMap<u128, V, BuildHasherDefault<PassThrough>>;
 
 /// The state of one opt-in limit's key and when it may be dropped.
 #[derive(Debug, Clone)]
@@ -71,14 +72,18 @@ struct Slot {
     expires_at: Duration,
 }
 
-type StateShard = HashMap<u128, Slot, BuildHasherDefault<PassThrough>>;
+/// One shard: the original's counters (16 bytes a value) and the opt-in
+/// limits' states, under one lock.
+#[derive(Debug, Default)]
+struct Shard {
+    counters: Table<Counter>,
+    states: Table<Slot>,
+}
 
-/// In-process fixed-window counters. Cheap to share: wrap it in an `Arc`.
+/// In-process limit state. Cheap to share: wrap it in an `Arc`.
 #[derive(Debug)]
 pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
-    /// The opt-in algorithms' states ([`Store::check`]).
-    states: Box<[Mutex<StateShard>]>,
     secret: (u64, u64),
     clock: Arc<dyn Clock>,
 }
@@ -88,9 +93,6 @@ impl MemoryStore {
     pub fn new(clock: Arc<dyn Clock>) -> MemoryStore {
         MemoryStore {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
-            states: (0..SHARDS)
-                .map(|_| Mutex::new(StateShard::default()))
-                .collect(),
             secret: (rand::random(), rand::random()),
             clock,
         }
@@ -109,8 +111,13 @@ impl MemoryStore {
     /// Number of live (possibly expired, not yet swept) counters and
     /// algorithm states.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum::<usize>()
-            + self.states.iter().map(|s| s.lock().len()).sum::<usize>()
+        self.shards
+            .iter()
+            .map(|s| {
+                let s = s.lock();
+                s.counters.len() + s.states.len()
+            })
+            .sum()
     }
 
     /// Whether no counter is held.
@@ -121,10 +128,15 @@ impl MemoryStore {
     /// Removes every counter whose window has ended and shrinks tables that
     /// became mostly empty. Returns how many counters were removed.
     pub fn sweep(&self) -> usize {
-        let now_secs = self.clock.now_secs();
         let now = self.clock.now();
-        sweep_shards(&self.shards, |c| c.expires_at > now_secs)
-            + sweep_shards(&self.states, |slot| slot.expires_at > now)
+        let now_secs = now.as_secs();
+        let mut removed = 0;
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock();
+            removed += retain(&mut shard.counters, |c| c.expires_at > now_secs);
+            removed += retain(&mut shard.states, |slot| slot.expires_at > now);
+        }
+        removed
     }
 
     /// Runs [`MemoryStore::sweep`] every `interval` until the returned guard
@@ -143,70 +155,69 @@ impl MemoryStore {
         });
         SweeperGuard(task)
     }
-
-    fn apply(counter: &mut Counter, inc: &Increment, now: u64, hits: u64) -> u64 {
-        if counter.expires_at <= now {
-            *counter = Counter {
-                count: 0,
-                expires_at: inc.window.start + inc.window.length,
-            };
-        }
-        counter.count = counter.count.saturating_add(hits);
-        counter.count
-    }
-
-    fn entry<'a>(shard: &'a mut Shard, id: u128, inc: &Increment) -> &'a mut Counter {
-        shard.entry(id).or_insert(Counter {
-            count: 0,
-            expires_at: inc.window.start + inc.window.length,
-        })
-    }
 }
 
-/// Gives table memory back once a table is mostly empty.
-/// Keeps the entries of every shard that `live` accepts, shrinking tables
-/// that became mostly empty; returns how many were removed.
-fn sweep_shards<V>(
-    shards: &[Mutex<HashMap<u128, V, BuildHasherDefault<PassThrough>>>],
-    live: impl Fn(&V) -> bool,
-) -> usize {
-    let mut removed = 0;
-    for shard in shards {
-        let mut map = shard.lock();
-        let before = map.len();
-        map.retain(|_, v| live(v));
-        removed += before - map.len();
-        shrink(&mut map);
-    }
-    removed
-}
-
-fn shrink<V>(map: &mut HashMap<u128, V, BuildHasherDefault<PassThrough>>) {
+/// Keeps the entries `live` accepts, giving table memory back once a table
+/// is mostly empty; returns how many were removed.
+fn retain<V>(map: &mut Table<V>, live: impl Fn(&V) -> bool) -> usize {
+    let before = map.len();
+    map.retain(|_, v| live(v));
     if map.capacity() > 64 && map.len() < map.capacity() / 4 {
         map.shrink_to_fit();
     }
+    before - map.len()
 }
 
-/// Locks the shards of `ids`, in index order (so that two batches can never
-/// deadlock), for one atomic step over a batch.
-fn lock_shards<'a, T>(
-    shards: &'a [Mutex<T>],
-    ids: impl Iterator<Item = u128>,
-) -> Vec<(usize, MutexGuard<'a, T>)> {
-    let mut order: Vec<usize> = ids.map(MemoryStore::shard_of).collect();
-    order.sort_unstable();
-    order.dedup();
-    order.into_iter().map(|i| (i, shards[i].lock())).collect()
-}
+/// The shards of a work, locked in index order (so that two works can never
+/// deadlock) for one atomic step.
+struct Locked<'a>(Vec<(usize, MutexGuard<'a, Shard>)>);
 
-/// The locked shard that holds `id`, among the guards taken for a batch.
-fn locked<'a, T>(guards: &'a mut [(usize, MutexGuard<'_, T>)], id: u128) -> &'a mut T {
-    let i = MemoryStore::shard_of(id);
-    let at = guards
-        .iter()
-        .position(|(s, _)| *s == i)
-        .expect("the shard of every key of the batch was locked");
-    &mut guards[at].1
+impl<'a> Locked<'a> {
+    fn new(shards: &'a [Mutex<Shard>], ids: &[u128]) -> Locked<'a> {
+        let mut order: Vec<usize> = ids.iter().map(|&id| MemoryStore::shard_of(id)).collect();
+        order.sort_unstable();
+        order.dedup();
+        Locked(order.into_iter().map(|i| (i, shards[i].lock())).collect())
+    }
+
+    fn shard(&mut self, id: u128) -> &mut Shard {
+        let i = MemoryStore::shard_of(id);
+        let at = self
+            .0
+            .iter()
+            .position(|(s, _)| *s == i)
+            .expect("the shard of every key of the work was locked");
+        &mut self.0[at].1
+    }
+
+    /// An original counter's value now (0 once its window has ended).
+    fn counter(&mut self, id: u128, now_secs: u64) -> u64 {
+        match self.shard(id).counters.get(&id) {
+            Some(c) if c.expires_at > now_secs => c.count,
+            _ => 0,
+        }
+    }
+
+    fn set_counter(&mut self, id: u128, count: u64, w: &OriginalWindow) {
+        let expires_at = w.window.start + w.window.length;
+        self.shard(id)
+            .counters
+            .insert(id, Counter { count, expires_at });
+    }
+
+    /// An opt-in limit's state now (`None` once it has expired).
+    fn state(&mut self, id: u128, now: Duration) -> Option<LimiterState> {
+        self.shard(id)
+            .states
+            .get(&id)
+            .filter(|slot| slot.expires_at > now)
+            .map(|slot| slot.state.clone())
+    }
+
+    fn set_state(&mut self, id: u128, limiter: &Limiter, state: LimiterState, now: Duration) {
+        let expires_at = now + limiter.expires_after(&state, now);
+        self.shard(id).states.insert(id, Slot { state, expires_at });
+    }
 }
 
 /// Stops the sweeper task when dropped.
@@ -221,278 +232,204 @@ impl Drop for SweeperGuard {
 
 #[async_trait]
 impl Store for MemoryStore {
-    /// Always the same step: a batch is decided under its shards' locks.
-    fn reference_step(&self, _subject: &str, _reference: &str) -> super::ReferenceStep {
-        super::ReferenceStep::Same
-    }
-
     /// Nothing here can fail but an original window that cannot be built.
     async fn execute(&self, work: &Work, _deadline: Option<tokio::time::Instant>) -> Reply {
-        match work {
-            Work::Count { items, policy } => Reply {
-                answers: self
-                    .count(items, *policy)
-                    .into_iter()
-                    .map(|n| Ok(Answer::Count(n)))
-                    .collect(),
-                committed: true,
-            },
-            Work::Check { items, commit } => match self.decide(items, *commit) {
-                Ok(reply) => Reply {
-                    answers: reply
-                        .results
-                        .into_iter()
-                        .map(|c| Ok(Answer::Checked(c)))
-                        .collect(),
-                    committed: reply.committed,
-                },
-                Err(e) => Reply::failed(items.len(), &e),
-            },
+        match self.apply(work) {
+            Ok(reply) => reply,
+            Err(e) => Reply::failed(work.len(), &e),
         }
     }
 }
 
+/// A write an item makes if the work commits.
+enum Write {
+    Counter(OriginalWindow, u64),
+    State(Limiter, LimiterState),
+}
+
 impl MemoryStore {
-    /// Applies `batch` per `policy`: each counter's value after it, and
-    /// for an audit reference ([`Increment::reference`]) what it held
-    /// before, decided and recorded under the lock of the counter it
-    /// follows.
-    pub fn count(&self, batch: &[Increment], policy: IncrementPolicy) -> Vec<u64> {
+    /// Applies `work` under the locks of every shard it touches, so that
+    /// the whole work is one atomic step.
+    pub fn apply(&self, work: &Work) -> Result<Reply, StoreError> {
         let now = self.clock.now();
         let now_secs = now.as_secs();
-        let ids: Vec<u128> = batch.iter().map(|i| self.id(&i.key)).collect();
-        let is_reference = |i: usize| batch.get(i).is_some_and(|r| r.reference.is_some());
-        let mut out = Vec::with_capacity(batch.len());
-        match policy {
-            IncrementPolicy::Always => {
-                let mut i = 0;
-                while i < batch.len() {
-                    let (inc, id) = (&batch[i], ids[i]);
-                    if is_reference(i) {
-                        // A reference that follows no counter records nothing.
-                        out.push(self.reference(inc, id, false, now));
-                        i += 1;
-                        continue;
-                    }
-                    let mut shard = self.shards[Self::shard_of(id)].lock();
-                    let value =
-                        Self::apply(Self::entry(&mut shard, id, inc), inc, now_secs, inc.hits);
-                    out.push(value);
-                    if is_reference(i + 1) {
-                        let admitted = inc.hits > 0 && value <= inc.limit;
-                        out.push(self.reference(&batch[i + 1], ids[i + 1], admitted, now));
-                        i += 1;
-                    }
-                    drop(shard);
-                    i += 1;
-                }
-            }
-            IncrementPolicy::OnlyIfNoneWouldExceed => {
-                // Lock every shard the batch touches, in index order (no
-                // deadlock), so the check and the increments are one step.
-                let counters = (0..batch.len()).filter(|&i| !is_reference(i));
-                let mut guards = lock_shards(&self.shards, counters.map(|i| ids[i]));
-                let would_exceed: Vec<bool> = batch
-                    .iter()
-                    .zip(&ids)
-                    .map(|(inc, &id)| {
-                        if inc.reference.is_some() {
-                            return false;
+        let items = &work.items;
+        let ids: Vec<u128> = items.iter().map(|c| self.id(&c.key)).collect();
+        let mut locked = Locked::new(&self.shards, &ids);
+        if let Policy::Refund { taken_at } = work.policy {
+            for (item, &id) in items.iter().zip(&ids) {
+                match &item.limit {
+                    Limit::Algorithm(l) | Limit::Reference { contract: l, .. } => {
+                        if let Some(state) = locked.state(id, now) {
+                            let state = l.refund(state, item.cost, taken_at, now);
+                            locked.set_state(id, l, state, now);
                         }
-                        let current = match locked(&mut guards, id).get(&id) {
-                            Some(c) if c.expires_at > now_secs => c.count,
-                            _ => 0,
-                        };
-                        current.saturating_add(inc.hits) > inc.limit
-                    })
-                    .collect();
-                let any = would_exceed.iter().any(|&w| w);
-                // Whether the last counter added hits and is within its limit.
-                let mut admitted = false;
-                for ((inc, &id), &exceeds) in batch.iter().zip(&ids).zip(&would_exceed) {
-                    if inc.reference.is_some() {
-                        out.push(self.reference(inc, id, admitted, now));
-                        admitted = false;
-                        continue;
                     }
-                    let hits = if !any || exceeds { inc.hits } else { 0 };
-                    let counter = Self::entry(locked(&mut guards, id), id, inc);
-                    let value = Self::apply(counter, inc, now_secs, hits);
-                    admitted = hits > 0 && value <= inc.limit;
-                    out.push(value);
+                    // The key names its window: an ended one has expired.
+                    Limit::Window(_) => {
+                        if let Some(c) = locked.shard(id).counters.get_mut(&id) {
+                            c.count = c.count.saturating_sub(item.cost);
+                        }
+                    }
+                    Limit::Counter(_) => {}
                 }
             }
         }
-        out
-    }
+        // STOP: which counters would pass their limit.
+        let stopping = work.policy == Policy::CommitStopping;
+        let mut exceeds = vec![false; items.len()];
+        if stopping {
+            for (i, (item, &id)) in items.iter().zip(&ids).enumerate() {
+                if let Limit::Counter(w) = &item.limit {
+                    exceeds[i] = locked.counter(id, now_secs).saturating_add(item.cost) > w.limit;
+                }
+            }
+        }
+        let any_exceeds = exceeds.iter().any(|&e| e);
+        let counts_taken = !matches!(work.policy, Policy::Refund { .. });
 
-    /// The audit reference `r` (key id `id`): what it held in its window
-    /// before `now`, with `r.hits` recorded if the counter it follows
-    /// `admitted` them. A reference without a contract holds nothing.
-    fn reference(&self, r: &Increment, id: u128, admitted: bool, now: Duration) -> u64 {
-        let Some(contract) = r.reference else {
-            return 0;
-        };
-        let mut shard = self.states[Self::shard_of(id)].lock();
-        let state = shard
-            .get(&id)
-            .filter(|slot| slot.expires_at > now)
-            .map(|slot| slot.state.clone());
-        let held = contract.in_window(state.as_ref(), now);
-        if admitted && r.hits > 0 {
-            let state = contract.record(state, r.hits, now);
-            let expires_at = now + contract.expires_after(&state, now);
-            shard.insert(id, Slot { state, expires_at });
-        }
-        held
-    }
-
-    /// Decides `batch` all or nothing under the locks of every shard it
-    /// touches, so the whole batch is one atomic step.
-    pub fn decide(&self, batch: &[Check], commit: Commit) -> Result<CheckReply, StoreError> {
-        let now = self.clock.now();
-        let ids: Vec<u128> = batch.iter().map(|c| self.id(&c.key)).collect();
-        let is_counter = |c: &Check| matches!(c.limit, CheckedLimit::OriginalWindow { .. });
-        let of_kind = |counter: bool| {
-            batch
-                .iter()
-                .zip(&ids)
-                .filter(move |(c, _)| is_counter(c) == counter)
-                .map(|(_, &id)| id)
-        };
-        let mut counters = lock_shards(&self.shards, of_kind(true));
-        let mut states = lock_shards(&self.states, of_kind(false));
-        if let Commit::Refund { taken_at } = commit {
-            for (check, &id) in batch.iter().zip(&ids) {
-                match &check.limit {
-                    CheckedLimit::Algorithm(limiter) | CheckedLimit::Reference(limiter) => {
-                        let map = locked(&mut states, id);
-                        if let Some(slot) = map.get_mut(&id).filter(|s| s.expires_at > now) {
-                            slot.state =
-                                limiter.refund(slot.state.clone(), check.cost, taken_at, now);
-                        }
+        // What the work would write, so that items on one key see the ones
+        // before them.
+        let mut pending: HashMap<u128, LimiterState> = HashMap::new();
+        let mut writes: Vec<(u128, Write)> = Vec::new();
+        // Per item: its decision, its count before and after, and whether
+        // it was taken (for the references that follow it).
+        let mut results: Vec<(Decision, u64, u64)> = Vec::with_capacity(items.len());
+        let mut taken = vec![false; items.len()];
+        for (i, (item, &id)) in items.iter().zip(&ids).enumerate() {
+            match &item.limit {
+                Limit::Counter(w) => {
+                    let hits = match (counts_taken, stopping && any_exceeds) {
+                        (false, _) => 0,
+                        (true, true) if !exceeds[i] => 0,
+                        _ => item.cost,
+                    };
+                    let after = locked.counter(id, now_secs).saturating_add(hits);
+                    if hits > 0 || locked.shard(id).counters.contains_key(&id) {
+                        locked.set_counter(id, after, w);
                     }
-                    CheckedLimit::OriginalWindow { .. } => {
-                        // The key names its window: an ended one has expired.
-                        let map = locked(&mut counters, id);
-                        if let Some(c) = map.get_mut(&id) {
-                            c.count = c.count.saturating_sub(check.cost);
-                        }
-                    }
+                    taken[i] = hits > 0 && after <= w.limit;
+                    results.push((counter_decision(w, after, now_secs), after, after));
                 }
-            }
-        }
-        // What the batch would write, so that checks on one key see the
-        // ones before them; for an original window also when its counter
-        // expires (Unix seconds).
-        let mut pending: HashMap<u128, (Slot, Option<u64>)> = HashMap::new();
-        // Per check: its decision, and its counter before and after.
-        let mut results = Vec::with_capacity(batch.len());
-        for (check, &id) in batch.iter().zip(&ids) {
-            let (limiter, stored, counter_expiry) = match &check.limit {
-                CheckedLimit::Algorithm(limiter) | CheckedLimit::Reference(limiter) => {
-                    let stored = locked(&mut states, id)
-                        .get(&id)
-                        .filter(|slot| slot.expires_at > now)
-                        .map(|slot| slot.state.clone());
-                    (*limiter, stored, None)
-                }
-                CheckedLimit::OriginalWindow { limit, window, .. } => {
-                    let count = locked(&mut counters, id)
-                        .get(&id)
-                        .filter(|c| c.expires_at > now.as_secs())
-                        .map_or(0, |c| c.count);
-                    let state = LimiterState::FixedWindow(WindowCount {
-                        window_start: Duration::from_secs(window.start),
-                        count,
+                Limit::Window(w) => {
+                    let limiter = original_window(w)?;
+                    let state = pending.get(&id).cloned().or_else(|| {
+                        Some(LimiterState::FixedWindow(WindowCount {
+                            window_start: Duration::from_secs(w.window.start),
+                            count: locked.counter(id, now_secs),
+                        }))
                     });
-                    let end = window.start + window.length;
-                    (original_window(*limit, window)?, Some(state), Some(end))
+                    let before = window_count(&state);
+                    let (decision, next) = limiter.decide(state, item.cost, now);
+                    let mut after = before;
+                    if decision.is_allowed() && item.cost > 0 {
+                        after = window_count(&Some(next.clone()));
+                        pending.insert(id, next);
+                        writes.push((id, Write::Counter(*w, after)));
+                    }
+                    results.push((decision, before, after));
                 }
-            };
-            let state = pending
-                .get(&id)
-                .map(|(slot, _)| slot.state.clone())
-                .or(stored);
-            let (decision, next) = limiter.decide(state.clone(), check.cost, now);
-            let count = |s: &Option<LimiterState>| match s {
-                Some(LimiterState::FixedWindow(w)) => w.count,
-                _ => 0,
-            };
-            let mut before = count(&state);
-            let mut after = before;
-            let is_reference = matches!(check.limit, CheckedLimit::Reference(_));
-            let next = match is_reference {
-                true => limiter.record(state.clone(), check.cost, now),
-                false => next,
-            };
-            let recorded = decision.is_allowed() || is_reference;
-            if recorded && check.cost > 0 {
-                after = count(&Some(next.clone()));
-                let expires_at = now + limiter.expires_after(&next, now);
-                let slot = Slot {
-                    state: next,
-                    expires_at,
-                };
-                pending.insert(id, (slot, counter_expiry));
+                Limit::Algorithm(limiter) => {
+                    let state = pending.get(&id).cloned().or_else(|| locked.state(id, now));
+                    let (decision, next) = limiter.decide(state, item.cost, now);
+                    if decision.is_allowed() && item.cost > 0 {
+                        pending.insert(id, next.clone());
+                        writes.push((id, Write::State(*limiter, next)));
+                    }
+                    results.push((decision, 0, 0));
+                }
+                Limit::Reference { contract, subject } => {
+                    let state = pending.get(&id).cloned().or_else(|| locked.state(id, now));
+                    let held = contract.in_window(state.as_ref(), now);
+                    let (decision, _) = contract.decide(state.clone(), item.cost, now);
+                    if item.cost > 0 {
+                        let next = contract.record(state, item.cost, now);
+                        let follows_counter = subject
+                            .and_then(|s| items.get(s))
+                            .is_some_and(|s| !s.limit.taken_on_commit());
+                        match subject {
+                            Some(s) if follows_counter => {
+                                if taken[*s] {
+                                    locked.set_state(id, contract, next, now);
+                                }
+                            }
+                            _ => {
+                                pending.insert(id, next.clone());
+                                writes.push((id, Write::State(*contract, next)));
+                            }
+                        }
+                    }
+                    results.push((decision, held, held));
+                }
             }
-            if is_reference {
-                // A reference answers what its window held before.
-                let held = limiter.in_window(state.as_ref(), now);
-                (before, after) = (held, held);
-            }
-            results.push((decision, before, after));
         }
-        let committed = commit == Commit::IfAllPass
-            && batch
+        let committed = work.policy.commits()
+            && items
                 .iter()
                 .zip(&results)
                 .all(|(c, (d, ..))| !c.binding || d.is_allowed());
         if committed {
-            for (id, (slot, counter_expiry)) in pending {
-                match (counter_expiry, slot.state) {
-                    (Some(expires_at), LimiterState::FixedWindow(w)) => {
-                        let counter = Counter {
-                            count: w.count,
-                            expires_at,
-                        };
-                        locked(&mut counters, id).insert(id, counter);
-                    }
-                    (_, state) => {
-                        let slot = Slot {
-                            state,
-                            expires_at: slot.expires_at,
-                        };
-                        locked(&mut states, id).insert(id, slot);
-                    }
+            for (id, write) in writes {
+                match write {
+                    Write::Counter(w, count) => locked.set_counter(id, count, &w),
+                    Write::State(limiter, state) => locked.set_state(id, &limiter, state, now),
                 }
             }
         }
-        let out = results
-            .into_iter()
-            .map(|(decision, before, after)| Checked {
-                decision,
-                count: if committed { after } else { before },
-                at: now,
+        let answers = items
+            .iter()
+            .zip(results)
+            .map(|(item, (decision, before, after))| {
+                let count = match item.limit {
+                    Limit::Window(_) if !committed => before,
+                    _ => after,
+                };
+                Ok(Answer::Decided(Decided {
+                    decision,
+                    count,
+                    at: now,
+                }))
             })
             .collect();
-        Ok(CheckReply {
-            results: out,
-            committed,
-        })
+        Ok(Reply { answers, committed })
+    }
+}
+
+/// A counter's decision from its value after: admitted iff within its
+/// limit; either way the window's end is the reset.
+pub(crate) fn counter_decision(w: &OriginalWindow, after: u64, now_secs: u64) -> Decision {
+    let reset = Duration::from_secs(w.window.reset_after(now_secs).max(1));
+    if after <= w.limit {
+        Decision::Allow {
+            remaining: w.limit - after,
+            reset_after: reset,
+        }
+    } else {
+        Decision::Deny {
+            retry_after: reset,
+            reset_after: reset,
+        }
+    }
+}
+
+fn window_count(state: &Option<LimiterState>) -> u64 {
+    match state {
+        Some(LimiterState::FixedWindow(w)) => w.count,
+        _ => 0,
     }
 }
 
 /// The original's window as a [`Limiter`] over the window's length (its key
 /// already names the window). Proto units give windows of one second to a
 /// year, all valid; anything else is refused rather than trusted.
-fn original_window(limit: u64, window: &Window) -> Result<Limiter, StoreError> {
-    FixedWindowCounter::new(limit, Duration::from_secs(window.length))
+fn original_window(w: &OriginalWindow) -> Result<Limiter, StoreError> {
+    let length = w.window.length;
+    FixedWindowCounter::new(w.limit, Duration::from_secs(length))
         .map(Limiter::FixedWindow)
         .map_err(|e| {
             StoreError::new(
                 StoreErrorKind::Rejected,
-                format!("fixed window of {} s: {e}", window.length),
+                format!("fixed window of {length} s: {e}"),
             )
         })
 }
@@ -502,18 +439,15 @@ mod tests {
     use super::*;
     use crate::limiter::fixed_window::Window;
     use crate::limiter::ManualClock;
-    use crate::store::StoreExt;
+    use crate::store::{Item, StoreExt};
 
-    fn inc(key: &str, hits: u64, now: u64, unit: u64, limit: u64) -> Increment {
-        Increment {
-            key: key.into(),
-            hits,
+    fn inc(key: &str, hits: u64, now: u64, unit: u64, limit: u64) -> Item {
+        let w = OriginalWindow {
+            limit,
             window: Window::containing(now, unit),
             ttl_seconds: unit,
-            limit,
-            on_failure: Default::default(),
-            reference: None,
-        }
+        };
+        Item::new(key, Limit::Counter(w), hits)
     }
 
     #[tokio::test]
@@ -521,21 +455,12 @@ mod tests {
         let clock = Arc::new(ManualClock::at_secs(1200));
         let store = MemoryStore::new(clock.clone());
         let b = [inc("a", 1, 1200, 60, 10), inc("b", 2, 1200, 60, 10)];
-        assert_eq!(
-            store.increment(&b, IncrementPolicy::Always).await,
-            Ok(vec![1, 2])
-        );
-        assert_eq!(
-            store.increment(&b, IncrementPolicy::Always).await,
-            Ok(vec![2, 4])
-        );
+        assert_eq!(store.count(&b, Policy::Commit).await, Ok(vec![1, 2]));
+        assert_eq!(store.count(&b, Policy::Commit).await, Ok(vec![2, 4]));
         clock.set(Duration::from_secs(1260));
         // The same key past its window reads as a fresh counter.
         let later = [inc("a", 1, 1260, 60, 10)];
-        assert_eq!(
-            store.increment(&later, IncrementPolicy::Always).await,
-            Ok(vec![1])
-        );
+        assert_eq!(store.count(&later, Policy::Commit).await, Ok(vec![1]));
         assert_eq!(store.sweep(), 1);
         assert_eq!(store.len(), 1);
     }
@@ -544,32 +469,24 @@ mod tests {
     async fn zero_hits_reads_without_consuming() {
         let store = MemoryStore::new(Arc::new(ManualClock::at_secs(0)));
         let b = [inc("a", 3, 0, 60, 10)];
-        store
-            .increment(&b, IncrementPolicy::Always)
-            .await
-            .expect("ok");
+        store.count(&b, Policy::Commit).await.expect("ok");
         let read = [inc("a", 0, 0, 60, 10)];
-        assert_eq!(
-            store.increment(&read, IncrementPolicy::Always).await,
-            Ok(vec![3])
-        );
+        assert_eq!(store.count(&read, Policy::Commit).await, Ok(vec![3]));
     }
 
-    /// runtime.md §14.2 C-18: only the counter that would exceed moves.
+    /// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: only the counter that would
+    /// exceed moves.
     #[tokio::test]
     async fn stop_increment_when_over_limit() {
         let store = MemoryStore::new(Arc::new(ManualClock::at_secs(0)));
         let seed = [inc("a", 10, 0, 3600, 15), inc("b", 10, 0, 3600, 14)];
-        store
-            .increment(&seed, IncrementPolicy::Always)
-            .await
-            .expect("ok");
-        let p = IncrementPolicy::OnlyIfNoneWouldExceed;
+        store.count(&seed, Policy::Commit).await.expect("ok");
+        let p = Policy::CommitStopping;
         let one = [inc("a", 1, 0, 3600, 15), inc("b", 1, 0, 3600, 14)];
-        assert_eq!(store.increment(&one, p).await, Ok(vec![11, 11]));
+        assert_eq!(store.count(&one, p).await, Ok(vec![11, 11]));
         let two = [inc("a", 2, 0, 3600, 15), inc("b", 2, 0, 3600, 14)];
-        assert_eq!(store.increment(&two, p).await, Ok(vec![13, 13]));
-        assert_eq!(store.increment(&two, p).await, Ok(vec![13, 15]));
+        assert_eq!(store.count(&two, p).await, Ok(vec![13, 13]));
+        assert_eq!(store.count(&two, p).await, Ok(vec![13, 15]));
     }
 
     #[test]
@@ -587,7 +504,7 @@ mod tests {
                         for _ in 0..1000 {
                             let b = [inc("hot", 1, 0, 60, u64::MAX)];
                             store
-                                .increment(&b, IncrementPolicy::Always)
+                                .count(&b, Policy::Commit)
                                 .await
                                 .expect("memory never fails");
                         }
@@ -598,10 +515,7 @@ mod tests {
                 t.await.expect("task");
             }
             let read = [inc("hot", 0, 0, 60, u64::MAX)];
-            assert_eq!(
-                store.increment(&read, IncrementPolicy::Always).await,
-                Ok(vec![64_000])
-            );
+            assert_eq!(store.count(&read, Policy::Commit).await, Ok(vec![64_000]));
         });
     }
 
@@ -612,15 +526,16 @@ mod tests {
         let batch: Vec<_> = (0..10_000)
             .map(|i| inc(&format!("k{i}"), 1, 0, 1, 10))
             .collect();
-        store
-            .increment(&batch, IncrementPolicy::Always)
-            .await
-            .expect("ok");
+        store.count(&batch, Policy::Commit).await.expect("ok");
         assert_eq!(store.len(), 10_000);
         clock.set(Duration::from_secs(1));
         assert_eq!(store.sweep(), 10_000);
         assert!(store.is_empty());
-        let capacity: usize = store.shards.iter().map(|s| s.lock().capacity()).sum();
+        let capacity: usize = store
+            .shards
+            .iter()
+            .map(|s| s.lock().counters.capacity())
+            .sum();
         assert!(capacity < 10_000, "tables shrank, capacity {capacity}");
     }
 }

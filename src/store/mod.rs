@@ -1,16 +1,16 @@
 //! Stores: where the state of the limits lives.
 //!
 //! Every store, and every layer that wraps one, implements one operation,
-//! [`Store::execute`]: a request's store work as one [`Work`] of items (the
-//! original's fixed-window increments, or the checks decided all or
-//! nothing), each item carrying what to do when the store cannot answer it
-//! ([`OnFailure`]), and one answer per item. One failed Redis node fails only
-//! the items it serves. The decision itself is pure arithmetic in
-//! [`crate::limiter`]; a store's job is to make the read-modify-write
-//! atomic. Resilience (deadline, breaker, fallback, in
-//! [`crate::resilience`]) wraps a `Store` through that one operation and
-//! never the other way round; [`StoreExt`] gives the two shapes of work as
-//! plain calls over any stack.
+//! [`Store::execute`]: a request's store work as one [`Work`] of [`Item`]s
+//! under one [`Policy`], and one answer per item, in one trip. An item is a
+//! key, a [`Limit`] (the original's counter, the original's window decided
+//! all or nothing, an opt-in algorithm, or an audit reference), a cost,
+//! whether it binds, its failure policy, whether it may be leased and the
+//! node that serves it. One failed node fails only the items it serves.
+//! The decision itself is pure arithmetic in [`crate::limiter`]; a store's
+//! job is to make the read-modify-write atomic. Resilience (deadline,
+//! breaker, leases, fallback, in [`crate::resilience`]) wraps a `Store`
+//! through that one operation and never the other way round.
 //!
 //! - [`memory`]: the embedded store, in-process;
 //! - [`redis`]: Redis single, sentinel or cluster, shared by a fleet;
@@ -33,118 +33,218 @@ use crate::limiter::{Decision, Limiter};
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
 
-/// One counter increment of a batch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Increment {
-    /// The cache key (see [`key::fixed_window_key`]).
-    pub key: String,
-    /// What to add (0 reads the counter without consuming).
-    pub hits: u64,
+/// The original's fixed window as a store item sees it: its key (see
+/// [`key::fixed_window_key`]) already names the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OriginalWindow {
+    /// Requests per window.
+    pub limit: u64,
     /// The window the key counts; the counter expires when it ends.
     pub window: Window,
     /// Seconds a store with server-side expiry keeps the key: the window
     /// length plus the configured jitter (the original's EXPIRE argument).
     pub ttl_seconds: u64,
-    /// The limit, used by [`IncrementPolicy::OnlyIfNoneWouldExceed`] and
-    /// by the fallback floor.
-    pub limit: u64,
-    /// What to answer when the store cannot.
-    pub on_failure: OnFailure,
-    /// `Some(contract)`: this item is not a counter but the decision
-    /// audit's exact reference of the item right before it in the batch
-    /// (same node; see [`Store::reference_step`]), `key` its reference key
-    /// and `hits` that item's. In the same atomic step as that counter's
-    /// increment the store answers [`Answer::Count`] with what the
-    /// reference held in its trailing window before (so the contract admits
-    /// iff that plus `hits` is at most `limit`), and records `hits` in it
-    /// iff the counter after the increment is within its limit (what the
-    /// original's rule admitted).
-    pub reference: Option<Limiter>,
 }
 
-/// How a batch is applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum IncrementPolicy {
-    /// Every counter gets its hits (the original's default).
-    #[default]
-    Always,
-    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: if any counter would go
-    /// over its limit, only the counters that would go over are incremented;
-    /// otherwise all are. Decided and applied atomically over the batch
-    /// (the original reads, then writes, in two round trips).
-    OnlyIfNoneWouldExceed,
+/// What decides one [`Item`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Limit {
+    /// The original's counter, counted the original's way: it takes its
+    /// cost under every [`Policy`] but a refund, whatever the other items
+    /// decide, and answers its value after ([`Decided::count`]). It is
+    /// admitted iff that value is within `limit`; a binding counter that is
+    /// not vetoes the commit of the other items.
+    Counter(OriginalWindow),
+    /// The original's counter on the same key and value (so an old instance
+    /// shares it), decided before it is counted: admitted iff
+    /// `count + cost ≤ limit`, and taken only when the work commits
+    /// (`ALL_OR_NOTHING`).
+    Window(OriginalWindow),
+    /// An opt-in algorithm, deciding at the store's time and taken only
+    /// when the work commits.
+    Algorithm(Limiter),
+    /// The decision audit's exact reference of a rule's contract (see
+    /// [`Limiter::reference_of`]): decided as its limiter at the store's
+    /// time, never binding, and its cost recorded in it iff its subject
+    /// admitted the request, so that it follows what was really admitted.
+    /// Its answer's `count` is what it held in its trailing window before
+    /// (0 for a bucket).
+    Reference {
+        /// The contract.
+        contract: Limiter,
+        /// The position of the item it audits. A [`Limit::Counter`]
+        /// subject admitted iff it was incremented and is within its limit
+        /// after; any other subject, or `None` (the subject is decided in
+        /// another step), iff the work committed.
+        subject: Option<usize>,
+    },
 }
 
-/// One limit of a request for [`Store::check`]: decided first, committed
-/// only if every binding limit of the batch passes.
+impl Limit {
+    /// The original's window, for [`Limit::Counter`] and [`Limit::Window`].
+    pub fn original_window(&self) -> Option<&OriginalWindow> {
+        match self {
+            Limit::Counter(w) | Limit::Window(w) => Some(w),
+            _ => None,
+        }
+    }
+
+    /// Whether the item counts a one-second window of the original's (those
+    /// may go to the per-second Redis).
+    pub fn one_second(&self) -> bool {
+        self.original_window().is_some_and(|w| w.window.length == 1)
+    }
+
+    /// Whether the item is taken only when the work commits (everything
+    /// but a counter).
+    pub fn taken_on_commit(&self) -> bool {
+        !matches!(self, Limit::Counter(_))
+    }
+}
+
+/// One limit of a request's store work.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Check {
-    /// The store key. Keys of one descriptor share a hash tag (see
-    /// [`key::algorithm_key`]), so they are always on one slot.
+pub struct Item {
+    /// The store key. Keys of one descriptor's opt-in limits share a hash
+    /// tag (see [`key::algorithm_key`]), so they are always on one slot.
     pub key: String,
     /// What decides.
-    pub limit: CheckedLimit,
-    /// The request's cost (`hits_addend`).
+    pub limit: Limit,
+    /// The request's cost (`hits_addend`); 0 reads without taking.
     pub cost: u64,
-    /// Whether a denial of this limit stops the whole batch from being
-    /// committed (false for shadow-mode limits, which only report).
+    /// Whether a refusal of this item stops the work's other items from
+    /// being taken (false for shadow-mode limits and quotas, which only
+    /// report, and for references).
     pub binding: bool,
     /// What to answer when the store cannot.
     pub on_failure: OnFailure,
-    /// The rule allows token leasing (`lease: true`): a
-    /// [`crate::hotkeys::Leases`] layer may answer it from a batch taken
+    /// The rule allows token leasing (`lease: true`): the
+    /// [`crate::resilience::Leases`] layer may answer it from a batch taken
     /// earlier. Stores ignore it.
     pub lease: bool,
+    /// The node that serves the key, named once by whoever built the work
+    /// (from the store's [`Placement`]); `None`: nothing to fail, or not
+    /// known. The breaker keeps its circuits by it.
+    pub node: Option<NodeId>,
 }
 
-/// The limit of a [`Check`].
-#[derive(Debug, Clone, PartialEq)]
-pub enum CheckedLimit {
-    /// An opt-in algorithm, deciding at the store's time.
-    Algorithm(Limiter),
-    /// The original's fixed-window counter, on the original's key (which
-    /// names its window) and value, so that an old instance shares it; but
-    /// admitted only if `count + cost ≤ limit`, and counted only when the
-    /// batch commits (`ALL_OR_NOTHING`).
-    OriginalWindow {
-        /// Requests per window.
-        limit: u64,
-        /// The window the key counts.
-        window: Window,
-        /// The key's TTL when created (window length plus jitter).
-        ttl_seconds: u64,
+impl Item {
+    /// A binding item of `limit` on `key` for `cost`, failing as the
+    /// original does, on no named node.
+    pub fn new(key: impl Into<String>, limit: Limit, cost: u64) -> Item {
+        Item {
+            key: key.into(),
+            limit,
+            cost,
+            binding: true,
+            on_failure: OnFailure::Error,
+            lease: false,
+            node: None,
+        }
+    }
+}
+
+/// How a [`Work`] is applied: one policy for every kind of item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Policy {
+    /// Counters take their cost; every other item is taken iff every
+    /// binding item (counters included) is admitted: all or nothing.
+    #[default]
+    Commit,
+    /// [`Policy::Commit`], with `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
+    /// for the counters: if any counter would go over its limit, only the
+    /// counters that would go over are incremented; otherwise all are.
+    /// Decided and applied in one atomic step per node (the original reads,
+    /// then writes, in two round trips).
+    CommitStopping,
+    /// Decide only: counters still take their cost (the original counts
+    /// every request), nothing else is taken.
+    Decide,
+    /// Give back each item's `cost`, which a committed work decided at
+    /// `taken_at` (the answer's [`Decided::at`]) took and nobody used: see
+    /// [`Limiter::refund`] for what comes back (cost whose window has ended
+    /// does not). Counters are never given back. Answers are those of a
+    /// [`Policy::Decide`] after the refund; failure policies do not answer
+    /// a refund.
+    Refund {
+        /// The store time of the admission given back.
+        taken_at: Duration,
     },
-    /// The decision audit's exact reference of a rule's contract (see
-    /// [`Limiter::reference_of`]): decided as its limiter at the store's
-    /// time, never binding (a check carrying it has `binding: false`), and
-    /// its cost recorded in it (see [`Limiter::record`]) whenever the batch
-    /// commits, whatever it decided itself, so that it follows what was
-    /// really admitted. Its answer's `count` is what the reference held in
-    /// its trailing window before this check (0 for a bucket).
-    Reference(Limiter),
 }
 
-/// The answer for one [`Check`].
+impl Policy {
+    /// Whether the work may take its items taken on commit.
+    pub fn commits(&self) -> bool {
+        matches!(self, Policy::Commit | Policy::CommitStopping)
+    }
+}
+
+/// A request's store work: its items and how they are applied.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Work {
+    /// The items, in the order the answers come back.
+    pub items: Vec<Item>,
+    /// How they are applied.
+    pub policy: Policy,
+}
+
+impl Work {
+    /// `items` under `policy`.
+    pub fn new(items: Vec<Item>, policy: Policy) -> Work {
+        Work { items, policy }
+    }
+
+    /// How many items.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The same work over the items at `positions` only, in that order. A
+    /// reference whose subject is left out follows the commit.
+    pub fn select(&self, positions: &[usize]) -> Work {
+        let items = positions
+            .iter()
+            .map(|&i| {
+                let mut item = self.items[i].clone();
+                if let Limit::Reference { subject, .. } = &mut item.limit {
+                    *subject = subject.and_then(|s| positions.iter().position(|&p| p == s));
+                }
+                item
+            })
+            .collect();
+        Work {
+            items,
+            policy: self.policy,
+        }
+    }
+}
+
+/// What the store decided for one item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Checked {
-    /// The limit's decision. For an [`CheckedLimit::OriginalWindow`] its
-    /// durations are the store's and the caller takes them from the window.
+pub struct Decided {
+    /// The item's decision. For an original window its durations are the
+    /// store's, and callers take them from the window.
     pub decision: Decision,
-    /// For an [`CheckedLimit::OriginalWindow`]: the counter after the batch
-    /// (incremented only if the batch committed); 0 otherwise.
+    /// For an original window: its counter after the work (a
+    /// [`Limit::Window`] incremented only if the work committed); for a
+    /// reference: what it held before; 0 otherwise.
     pub count: u64,
     /// The store's clock when it decided, since the Unix epoch (what a
-    /// [`Commit::Refund`] of this admission names).
+    /// [`Policy::Refund`] of this admission names).
     pub at: Duration,
 }
 
-/// The answer for a batch of [`Check`]s.
+/// The answer for a batch of items, each decided by the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckReply {
-    /// One per check, in batch order.
-    pub results: Vec<Checked>,
-    /// Whether the admitted costs were committed: true iff every binding
-    /// check was admitted.
+    /// One per item, in batch order.
+    pub results: Vec<Decided>,
+    /// Whether the items taken on commit were taken.
     pub committed: bool,
 }
 
@@ -185,84 +285,23 @@ impl std::fmt::Display for NodeId {
     }
 }
 
-/// The two shapes of store work.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Work {
-    /// The original's fixed windows: every counter gets its hits per
-    /// `policy`; each answer is [`Answer::Count`].
-    Count {
-        /// The counters.
-        items: Vec<Increment>,
-        /// How the batch is applied.
-        policy: IncrementPolicy,
-    },
-    /// Limits decided at the store's time and committed per `commit`; each
-    /// answer is [`Answer::Checked`].
-    Check {
-        /// The limits.
-        items: Vec<Check>,
-        /// Whether the batch may commit.
-        commit: Commit,
-    },
-}
-
-impl Work {
-    /// How many items.
-    pub fn len(&self) -> usize {
-        match self {
-            Work::Count { items, .. } => items.len(),
-            Work::Check { items, .. } => items.len(),
-        }
-    }
-
-    /// Whether there is nothing to do.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Item `i`'s key, whether it counts a one-second window (those may go to
-    /// the per-second Redis) and its failure policy.
-    pub fn item(&self, i: usize) -> (&str, bool, OnFailure) {
-        match self {
-            Work::Count { items, .. } => {
-                let c = &items[i];
-                (&c.key, c.window.length == 1, c.on_failure)
-            }
-            Work::Check { items, .. } => {
-                let c = &items[i];
-                let one_second = matches!(
-                    c.limit,
-                    CheckedLimit::OriginalWindow { window, .. } if window.length == 1
-                );
-                (&c.key, one_second, c.on_failure)
-            }
-        }
-    }
-
-    /// The same work over the items at `positions` only, in that order.
-    pub fn select(&self, positions: &[usize]) -> Work {
-        match self {
-            Work::Count { items, policy } => Work::Count {
-                items: positions.iter().map(|&i| items[i].clone()).collect(),
-                policy: *policy,
-            },
-            Work::Check { items, commit } => Work::Check {
-                items: positions.iter().map(|&i| items[i].clone()).collect(),
-                commit: *commit,
-            },
-        }
-    }
-}
-
 /// The answer for one item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answer {
-    /// A counter's value after the increment ([`Work::Count`]).
-    Count(u64),
-    /// A check's answer ([`Work::Check`]).
-    Checked(Checked),
+    /// The store decided.
+    Decided(Decided),
     /// The store did not answer; the item's [`OnFailure`] did.
     ByPolicy(PolicyAnswer),
+}
+
+impl Answer {
+    /// The decision, whoever made it.
+    pub fn decision(&self) -> Decision {
+        match self {
+            Answer::Decided(d) => d.decision,
+            Answer::ByPolicy(p) => p.decision,
+        }
+    }
 }
 
 /// What a failure policy answered for an item the store could not.
@@ -281,9 +320,8 @@ pub struct PolicyAnswer {
 pub struct Reply {
     /// One per item, in batch order.
     pub answers: Vec<Result<Answer, StoreError>>,
-    /// For [`Work::Check`]: whether the admitted costs were committed (true
-    /// iff every binding check that the store answered was admitted). Always
-    /// true for [`Work::Count`].
+    /// Whether the items taken on commit were taken: the policy commits and
+    /// every binding item that the store answered was admitted.
     pub committed: bool,
 }
 
@@ -347,43 +385,51 @@ pub enum StoreErrorKind {
 /// A limit store, or a layer around one.
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug {
-    /// Runs `work` and answers each item.
-    ///
-    /// [`Work::Count`]: each counter's read-modify-write is atomic (no lost
-    /// updates under any concurrency); with
-    /// [`IncrementPolicy::OnlyIfNoneWouldExceed`] the whole batch is.
-    ///
-    /// [`Work::Check`]: every check is decided at the store's time and, iff
-    /// every binding check is admitted (and `commit` allows), the admitted
-    /// costs are committed: all or nothing. Checks on one key see each
-    /// other in batch order. Where the store cannot commit the batch in one
-    /// atomic step (keys on several Redis Cluster slots) it says how far it
-    /// can be off in its doc.
+    /// Runs `work` and answers each item, in one trip: every item is
+    /// decided at the store's time, counters take their cost, and iff the
+    /// policy commits and every binding item is admitted the items taken on
+    /// commit are taken: all or nothing. Each read-modify-write is atomic
+    /// (no lost updates under any concurrency), and items on one key see
+    /// each other in work order. Where the store cannot apply the work in
+    /// one atomic step (keys on several Redis Cluster slots) its doc says
+    /// how far it can be off.
     ///
     /// `deadline` is when the caller stops waiting: a store that talks to a
     /// server gives up on each node at that instant and fails that node's
     /// items with [`StoreErrorKind::Timeout`] (set by
     /// [`crate::resilience::Deadline`]).
     async fn execute(&self, work: &Work, deadline: Option<tokio::time::Instant>) -> Reply;
+}
 
+/// Where a store keeps its keys: asked once per item by whoever builds the
+/// work, never by a layer in the middle of a call.
+pub trait Placement: Send + Sync + std::fmt::Debug {
     /// The node that serves `key` (`one_second`: the key counts a
-    /// one-second window), or `None` for a store that has nothing to fail
-    /// (the memory store).
-    fn node_of(&self, key: &str, one_second: bool) -> Option<NodeId> {
-        let _ = (key, one_second);
+    /// one-second window), or `None` for a store with nothing to fail.
+    fn node_of(&self, key: &str, one_second: bool) -> Option<NodeId>;
+
+    /// How the store can decide the decision audit's reference at
+    /// `reference` beside the limit at `subject`.
+    fn reference_step(&self, subject: &str, reference: &str) -> ReferenceStep;
+}
+
+/// The placement of a store in this process: no node to fail, every work
+/// one atomic step (the memory store).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InProcess;
+
+impl Placement for InProcess {
+    fn node_of(&self, _key: &str, _one_second: bool) -> Option<NodeId> {
         None
     }
 
-    /// How this store can decide the decision audit's reference at
-    /// `reference` beside the limit at `subject`.
-    fn reference_step(&self, subject: &str, reference: &str) -> ReferenceStep {
-        let _ = (subject, reference);
-        ReferenceStep::Unsupported
+    fn reference_step(&self, _subject: &str, _reference: &str) -> ReferenceStep {
+        ReferenceStep::Same
     }
 }
 
 /// Where a store decides an audit reference relative to the decision it
-/// audits ([`Store::reference_step`]).
+/// audits ([`Placement::reference_step`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReferenceStep {
     /// In the same atomic step (the memory store's locks; one Redis script
@@ -403,59 +449,25 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     async fn execute(&self, work: &Work, deadline: Option<tokio::time::Instant>) -> Reply {
         (**self).execute(work, deadline).await
     }
-
-    fn node_of(&self, key: &str, one_second: bool) -> Option<NodeId> {
-        (**self).node_of(key, one_second)
-    }
-
-    fn reference_step(&self, subject: &str, reference: &str) -> ReferenceStep {
-        (**self).reference_step(subject, reference)
-    }
 }
 
-/// The two shapes of work as plain calls, over any store or stack; the first
-/// failed item's error is the call's.
+/// The work as plain calls, over any store or stack; the first failed
+/// item's error is the call's.
 #[async_trait]
 pub trait StoreExt: Store {
-    /// Applies `batch` per `policy`; each counter's value after it.
-    async fn increment(
-        &self,
-        batch: &[Increment],
-        policy: IncrementPolicy,
-    ) -> Result<Vec<u64>, StoreError> {
-        let work = Work::Count {
-            items: batch.to_vec(),
-            policy,
-        };
-        let reply = self.execute(&work, None).await;
-        reply
-            .answers
-            .into_iter()
-            .map(|a| match a? {
-                Answer::Count(n) => Ok(n),
-                other => Err(unexpected(&other)),
-            })
-            .collect()
-    }
-
-    /// [`StoreExt::check_with`] with [`Commit::IfAllPass`].
-    async fn check(&self, batch: &[Check]) -> Result<CheckReply, StoreError> {
-        self.check_with(batch, Commit::IfAllPass).await
-    }
-
-    /// Decides `batch`; with [`Commit::Never`] nothing is taken.
-    async fn check_with(&self, batch: &[Check], commit: Commit) -> Result<CheckReply, StoreError> {
-        let work = Work::Check {
-            items: batch.to_vec(),
-            commit,
-        };
-        let reply = self.execute(&work, None).await;
+    /// Runs `items` under `policy`: what the store decided for each, and
+    /// whether the work committed.
+    async fn check_with(&self, items: &[Item], policy: Policy) -> Result<CheckReply, StoreError> {
+        let reply = self.execute(&Work::new(items.to_vec(), policy), None).await;
         let results = reply
             .answers
             .into_iter()
             .map(|a| match a? {
-                Answer::Checked(c) => Ok(c),
-                other => Err(unexpected(&other)),
+                Answer::Decided(d) => Ok(d),
+                Answer::ByPolicy(p) => Err(StoreError::new(
+                    StoreErrorKind::Unavailable,
+                    format!("answered by a failure policy: {p:?}"),
+                )),
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(CheckReply {
@@ -463,32 +475,18 @@ pub trait StoreExt: Store {
             committed: reply.committed,
         })
     }
+
+    /// [`StoreExt::check_with`] under [`Policy::Commit`].
+    async fn check(&self, items: &[Item]) -> Result<CheckReply, StoreError> {
+        self.check_with(items, Policy::Commit).await
+    }
+
+    /// Runs `items` under `policy`: each item's count after (for counters,
+    /// their value).
+    async fn count(&self, items: &[Item], policy: Policy) -> Result<Vec<u64>, StoreError> {
+        let reply = self.check_with(items, policy).await?;
+        Ok(reply.results.into_iter().map(|d| d.count).collect())
+    }
 }
 
 impl<S: Store + ?Sized> StoreExt for S {}
-
-fn unexpected(answer: &Answer) -> StoreError {
-    StoreError::new(
-        StoreErrorKind::Rejected,
-        format!("a store answered {answer:?} for the wrong kind of work"),
-    )
-}
-
-/// Whether a [`Work::Check`] may commit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Commit {
-    /// Commit iff every binding check passes.
-    #[default]
-    IfAllPass,
-    /// Decide only.
-    Never,
-    /// Give back each check's `cost`, which a committed batch decided at
-    /// `taken_at` (the answer's [`Checked::at`]) admitted and nobody used:
-    /// see [`Limiter::refund`] for what comes back (cost whose window has
-    /// ended does not). Answers are those of a peek after the refund;
-    /// failure policies do not answer a refund.
-    Refund {
-        /// The store time of the admission given back.
-        taken_at: Duration,
-    },
-}

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::settings::ClientTlsSettings;
 use crate::store::{StoreError, StoreErrorKind};
 
 /// TLS files for a store's connections.
@@ -24,13 +23,19 @@ pub struct ClientTls {
 }
 
 impl ClientTls {
-    /// From the `*_TLS_*` settings (empty paths: none).
-    pub fn from_settings(tls: &ClientTlsSettings) -> ClientTls {
+    /// From the original's `*_TLS_*` paths, where an empty path means
+    /// none (a client certificate needs both its files).
+    pub fn from_paths(
+        ca: &str,
+        client_cert: &str,
+        client_key: &str,
+        skip_hostname_verification: bool,
+    ) -> ClientTls {
         let nonempty = |s: &str| (!s.is_empty()).then(|| PathBuf::from(s));
         ClientTls {
-            ca: nonempty(&tls.ca_cert),
-            client: nonempty(&tls.client_cert).zip(nonempty(&tls.client_key)),
-            skip_hostname_verification: tls.skip_hostname_verification,
+            ca: nonempty(ca),
+            client: nonempty(client_cert).zip(nonempty(client_key)),
+            skip_hostname_verification,
         }
     }
 

@@ -18,6 +18,9 @@
 //! Every run stops by itself: the duration is bounded (at most one hour) and
 //! every request has a timeout.
 
+// Tests and the load tool measure the real elapsed time of real processes.
+#![allow(clippy::disallowed_types)]
+
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::process::ExitCode;

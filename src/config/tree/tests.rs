@@ -1,4 +1,4 @@
-//! One test per matching rule of config-and-matching.md §5 (the full
+//! One test per matching rule of the original's lookup (the full
 //! vector suite is `integration/config_vectors.rs`).
 
 use super::*;

@@ -2,7 +2,9 @@
 //! `metrics::with_local_recorder`; the global recorder is never installed.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
@@ -228,7 +230,7 @@ async fn render_prometheus_uses_the_default_mapping() {
         "ratelimit_service_rate_limit_total_hits{domain=\"rl\",key1=\"foo\"} 3",
         // Three-level keys fold deeper segments into one series.
         "ratelimit_service_rate_limit_over_limit{domain=\"rl\",key1=\"a\",key2=\"b\"} 3",
-        // [W25] fixed: not folded into over_limit.
+        // Its own series, not folded into over_limit as the original's mapping does.
         "ratelimit_service_rate_limit_rl_a_b_over_limit_with_local_cache 4",
         "ratelimit_service_rate_limit_nope_domain_not_found 1",
         "ratelimit_service_should_rate_limit_error{err_type=\"redis_error\"} 1",

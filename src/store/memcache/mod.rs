@@ -36,8 +36,12 @@ use async_trait::async_trait;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
+use super::memory::counter_decision;
 use super::tls::ClientTls;
-use super::{Answer, Increment, NodeId, Reply, Store, StoreError, StoreErrorKind, Work};
+use super::{
+    Answer, Decided, Item, Limit, NodeId, Placement, ReferenceStep, Reply, Store, StoreError,
+    StoreErrorKind, Work,
+};
 use protocol::Reply as Said;
 
 /// The original client's I/O timeout per command.
@@ -294,15 +298,22 @@ impl MemcacheStore {
         (crc32fast::hash(key.as_bytes()) as usize) % servers.len().max(1)
     }
 
-    /// The original windows: read, then increment in the background.
-    async fn count(&self, items: &[Increment], deadline: Option<Instant>) -> Reply {
+    /// The original counters: read, then increment in the background.
+    /// Anything else is refused (the config loader refuses rules it would
+    /// need for, so this is a guard, not a path).
+    async fn count(&self, items: &[Item], deadline: Option<Instant>) -> Reply {
         let servers = self.servers.load_full();
         let mut answers: Vec<Result<Answer, StoreError>> = Vec::with_capacity(items.len());
         let mut by_server: Vec<Vec<usize>> = vec![Vec::new(); servers.len()];
         for (i, inc) in items.iter().enumerate() {
-            if protocol::valid_key(&inc.key) {
+            if !matches!(inc.limit, Limit::Counter(_)) {
+                answers.push(Err(StoreError::new(
+                    StoreErrorKind::Rejected,
+                    ONLY_COUNTERS,
+                )));
+            } else if protocol::valid_key(&inc.key) {
                 by_server[MemcacheStore::server_of(&servers, &inc.key)].push(i);
-                answers.push(Ok(Answer::Count(0)));
+                answers.push(Err(StoreError::new(StoreErrorKind::Rejected, "not read")));
             } else {
                 answers.push(Err(StoreError::new(
                     StoreErrorKind::Rejected,
@@ -335,7 +346,7 @@ impl MemcacheStore {
                             .iter()
                             .find(|(k, _)| *k == items[i].key)
                             .map_or(0, |(_, v)| count_of(&items[i].key, v));
-                        answers[i] = Ok(Answer::Count(before.saturating_add(items[i].hits)));
+                        answers[i] = Ok(counted(&items[i], before));
                         answered.push(i);
                     }
                 }
@@ -358,15 +369,16 @@ impl MemcacheStore {
         // Increments after the answer, not awaited (as the original).
         let increments: Vec<(Arc<Server>, String, u64, u64)> = answered
             .into_iter()
-            .filter(|&i| items[i].hits > 0)
-            .map(|i| {
+            .filter(|&i| items[i].cost > 0)
+            .filter_map(|i| {
                 let inc = &items[i];
-                (
+                let w = inc.limit.original_window()?;
+                Some((
                     Arc::clone(&servers[MemcacheStore::server_of(&servers, &inc.key)]),
                     inc.key.clone(),
-                    inc.hits,
-                    inc.ttl_seconds,
-                )
+                    inc.cost,
+                    w.ttl_seconds,
+                ))
             })
             .collect();
         if !increments.is_empty() {
@@ -377,6 +389,30 @@ impl MemcacheStore {
             committed: true,
         }
     }
+}
+
+/// Why memcache refuses an item that is not the original's counter.
+pub const ONLY_COUNTERS: &str = "the memcache backend counts the original's fixed windows only; the opt-in algorithms, ALL_OR_NOTHING, shards, leases and the decision audit need BACKEND_TYPE=redis or memory";
+
+/// A counter's answer from its value before the increment (which memcache
+/// makes after answering, as the original).
+fn counted(item: &Item, before: u64) -> Answer {
+    let after = before.saturating_add(item.cost);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let decision = match item.limit.original_window() {
+        Some(w) => counter_decision(w, after, now.as_secs()),
+        None => crate::limiter::Decision::Allow {
+            remaining: 0,
+            reset_after: Duration::ZERO,
+        },
+    };
+    Answer::Decided(Decided {
+        decision,
+        count: after,
+        at: now,
+    })
 }
 
 /// The increments of one request, concurrently; failures are logged.
@@ -461,32 +497,38 @@ fn count_of(key: &str, value: &[u8]) -> u64 {
 #[async_trait]
 impl Store for MemcacheStore {
     async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
-        match work {
-            Work::Count { items, .. } if crate::telemetry::enabled() => {
-                use tracing::Instrument;
-                let span = tracing::info_span!(
-                    target: crate::telemetry::SPAN_TARGET,
-                    "Memcached Fetch Execution",
-                    "keysToGet length" = items.len(),
-                );
-                self.count(items, deadline).instrument(span).await
-            }
-            Work::Count { items, .. } => self.count(items, deadline).await,
-            Work::Check { items, .. } => Reply::failed(
-                items.len(),
-                &StoreError::new(
-                    StoreErrorKind::Rejected,
-                    "the memcache backend counts the original's fixed windows only; the opt-in algorithms, ALL_OR_NOTHING, shards and leases need BACKEND_TYPE=redis or memory",
-                ),
-            ),
+        if crate::telemetry::enabled() {
+            use tracing::Instrument;
+            let span = tracing::info_span!(
+                target: crate::telemetry::SPAN_TARGET,
+                "Memcached Fetch Execution",
+                "keysToGet length" = work.len(),
+            );
+            return self.count(&work.items, deadline).instrument(span).await;
         }
+        self.count(&work.items, deadline).await
     }
+}
 
+impl MemcacheStore {
+    /// Where this store keeps its keys.
+    pub fn placement(&self) -> Arc<dyn Placement> {
+        Arc::new(self.clone())
+    }
+}
+
+/// A key's server, by CRC32 as the original's client; memcache holds no
+/// audit reference.
+impl Placement for MemcacheStore {
     fn node_of(&self, key: &str, _one_second: bool) -> Option<NodeId> {
         let servers = self.servers.load();
         servers
             .get(MemcacheStore::server_of(&servers, key))
             .map(|s| s.node.clone())
+    }
+
+    fn reference_step(&self, _subject: &str, _reference: &str) -> ReferenceStep {
+        ReferenceStep::Unsupported
     }
 }
 

@@ -1,9 +1,12 @@
 //! Connecting to Redis: settings to `fred` configuration, TLS, and the
-//! original's start-up wait (runtime.md §5.8): start-up blocks until Redis
+//! original's start-up wait: start-up blocks until Redis
 //! answers `PING`, retrying with jittered exponential back-off, giving up
 //! only after `REDIS_STARTUP_MAX_ELAPSED_TIME` (0 = never).
 
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use fred::clients::Pool;
 use fred::interfaces::ClientLike;
@@ -12,9 +15,8 @@ use fred::types::config::{
 };
 use fred::types::scripts::Script;
 
-use super::url::{self, Credentials, Target, UrlError};
-use super::{Backend, Node, RedisStore};
-use crate::settings::{ClientTlsSettings, RedisSettings};
+use super::url::{self, Credentials, Deployment, Target, UrlError};
+use super::{Backend, Node, RedisPlacement, RedisStore};
 use crate::store::{NodeId, StoreError, StoreErrorKind};
 
 /// TLS files for Redis connections.
@@ -32,7 +34,7 @@ pub struct RedisOptions {
     /// Connections (`REDIS_POOL_SIZE`).
     pub pool_size: usize,
     /// Dial and command timeout (`REDIS_TIMEOUT`; the original bounds only
-    /// dialing, `[W7]`).
+    /// dialing).
     pub timeout: Duration,
     /// TLS, when enabled.
     pub tls: Option<RedisTls>,
@@ -40,32 +42,55 @@ pub struct RedisOptions {
     pub display: String,
 }
 
+/// One Redis deployment's address as the original's settings give it
+/// (main or per-second), before parsing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisAddress<'a> {
+    /// `REDIS_TYPE`.
+    pub deployment: Deployment,
+    /// `REDIS_SOCKET_TYPE`: `tcp`, `unix`, …
+    pub socket_type: &'a str,
+    /// `REDIS_URL`: the format depends on the deployment.
+    pub url: &'a str,
+    /// `REDIS_AUTH`: `password` or `user:password`; empty: none (then a
+    /// `redis://` URL's credentials apply).
+    pub auth: &'a str,
+    /// `REDIS_SENTINEL_AUTH`, in the same format.
+    pub sentinel_auth: &'a str,
+    /// `REDIS_POOL_SIZE`.
+    pub pool_size: i64,
+    /// `REDIS_TIMEOUT` (zero: 10 s).
+    pub timeout: Duration,
+    /// `REDIS_TLS` with its files.
+    pub tls: Option<RedisTls>,
+}
+
 impl RedisOptions {
-    /// Options from one set of Redis settings (main or per-second).
-    pub fn from_settings(
-        s: &RedisSettings,
-        tls: &ClientTlsSettings,
+    /// Options for the deployment at `a`; `url_setting` names the variable
+    /// in errors.
+    pub fn parse(
+        a: &RedisAddress<'_>,
         url_setting: &'static str,
     ) -> Result<RedisOptions, UrlError> {
         let (target, uri_credentials) =
-            url::parse(url_setting, s.redis_type, &s.socket_type, &s.url)?;
-        let credentials = if s.auth.is_empty() {
+            url::parse(url_setting, a.deployment, a.socket_type, a.url)?;
+        let credentials = if a.auth.is_empty() {
             uri_credentials
         } else {
-            url::credentials(&s.auth)
+            url::credentials(a.auth)
         };
         Ok(RedisOptions {
             target,
             credentials,
-            sentinel_credentials: url::credentials(&s.sentinel_auth),
-            pool_size: effective_pool_size(s.pool_size),
-            timeout: if s.timeout.is_zero() {
+            sentinel_credentials: url::credentials(a.sentinel_auth),
+            pool_size: effective_pool_size(a.pool_size),
+            timeout: if a.timeout.is_zero() {
                 Duration::from_secs(10)
             } else {
-                s.timeout
+                a.timeout
             },
-            tls: s.tls.then(|| RedisTls::from_settings(tls)),
-            display: url::mask(&s.url),
+            tls: a.tls.clone(),
+            display: url::mask(a.url),
         })
     }
 
@@ -218,8 +243,7 @@ async fn connect_one(options: &RedisOptions, retry: StartupRetry) -> Result<Back
                     pool,
                     clustered,
                     name: NodeId::new(&options.display),
-                    script: Script::from_lua(super::scripts::FIXED_WINDOW),
-                    algorithms: Script::from_lua(super::scripts::ALGORITHMS),
+                    script: Script::from_lua(super::scripts::LIMITS),
                 });
             }
             Err(e) => {
@@ -264,10 +288,11 @@ pub async fn connect(
         None => None,
     };
     let main = Node::new(connect_one(main, retry).await?);
+    let placement = Arc::new(RedisPlacement::new(&main, per_second.as_ref()));
     Ok(RedisStore {
         main,
         per_second,
-        routes: Default::default(),
+        placement,
         resynced_at: Default::default(),
     })
 }

@@ -1,8 +1,18 @@
-//! The original's Redis address settings (runtime.md §5.1) parsed into a
+//! The original's Redis address settings parsed into a
 //! typed target: `REDIS_TYPE`, `REDIS_SOCKET_TYPE`, `REDIS_URL`,
 //! `REDIS_AUTH`. Pure, so every format has a unit test.
 
-use crate::settings::RedisType;
+/// How the servers behind `REDIS_URL` are deployed (`REDIS_TYPE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Deployment {
+    /// One server (or a proxy such as twemproxy).
+    #[default]
+    Single,
+    /// A primary found through sentinels.
+    Sentinel,
+    /// Redis Cluster.
+    Cluster,
+}
 
 /// Where to connect.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,7 +66,7 @@ pub struct UrlError {
     pub reason: String,
 }
 
-/// `REDIS_AUTH`: the original splits at the first `:` (`[W18]`): a password
+/// `REDIS_AUTH`: the original splits at the first `:`: a password
 /// that itself contains `:` must be written `:pass:word` (empty user) or
 /// `default:pass:word`, since `pass:word` means user `pass`.
 pub fn credentials(auth: &str) -> Credentials {
@@ -110,7 +120,7 @@ fn host_port(setting: &'static str, item: &str) -> Result<(String, u16), UrlErro
 /// returned beside the target (`REDIS_AUTH` wins over them).
 pub fn parse(
     setting: &'static str,
-    redis_type: RedisType,
+    deployment: Deployment,
     socket_type: &str,
     url: &str,
 ) -> Result<(Target, Credentials), UrlError> {
@@ -119,8 +129,8 @@ pub fn parse(
         value: mask(url),
         reason,
     };
-    match redis_type {
-        RedisType::Single => {
+    match deployment {
+        Deployment::Single => {
             if let Some(rest) = url
                 .strip_prefix("redis://")
                 .or_else(|| url.strip_prefix("rediss://"))
@@ -148,7 +158,7 @@ pub fn parse(
                 other => Err(err(format!("unknown socket type {other:?} (tcp or unix)"))),
             }
         }
-        RedisType::Cluster => {
+        Deployment::Cluster => {
             let seeds = url
                 .split(',')
                 .filter(|s| !s.trim().is_empty())
@@ -159,7 +169,7 @@ pub fn parse(
             }
             Ok((Target::Cluster { seeds }, Credentials::default()))
         }
-        RedisType::Sentinel => {
+        Deployment::Sentinel => {
             let mut items = url.split(',');
             let master = items.next().unwrap_or_default().trim().to_string();
             let sentinels = items
@@ -223,7 +233,7 @@ mod tests {
     #[test]
     fn single_tcp_unix_and_uri() {
         assert_eq!(
-            parse("REDIS_URL", RedisType::Single, "tcp", "localhost:6379")
+            parse("REDIS_URL", Deployment::Single, "tcp", "localhost:6379")
                 .expect("ok")
                 .0,
             Target::Tcp {
@@ -233,7 +243,7 @@ mod tests {
             }
         );
         assert_eq!(
-            parse("REDIS_URL", RedisType::Single, "unix", "/var/run/r.sock")
+            parse("REDIS_URL", Deployment::Single, "unix", "/var/run/r.sock")
                 .expect("ok")
                 .0,
             Target::Unix {
@@ -242,7 +252,7 @@ mod tests {
         );
         let (t, c) = parse(
             "REDIS_URL",
-            RedisType::Single,
+            Deployment::Single,
             "unix",
             "redis://u:p:w@h:1/3",
         )
@@ -264,7 +274,7 @@ mod tests {
         );
         let (t, c) = parse(
             "REDIS_URL",
-            RedisType::Single,
+            Deployment::Single,
             "tcp",
             "redis://h:2?password=x&db=4",
         )
@@ -283,7 +293,7 @@ mod tests {
     #[test]
     fn cluster_and_sentinel_lists() {
         assert_eq!(
-            parse("REDIS_URL", RedisType::Cluster, "tcp", "a:1,b:2")
+            parse("REDIS_URL", Deployment::Cluster, "tcp", "a:1,b:2")
                 .expect("ok")
                 .0,
             Target::Cluster {
@@ -293,7 +303,7 @@ mod tests {
         assert_eq!(
             parse(
                 "REDIS_URL",
-                RedisType::Sentinel,
+                Deployment::Sentinel,
                 "tcp",
                 "mymaster,s1:26379,s2:26380"
             )
@@ -309,15 +319,15 @@ mod tests {
     #[test]
     fn malformed_urls_are_clear_errors() {
         for (t, s, u) in [
-            (RedisType::Single, "tcp", "localhost"),
-            (RedisType::Single, "tcp", "host:notaport"),
-            (RedisType::Single, "tcp", ":6379"),
-            (RedisType::Single, "udp", "h:1"),
-            (RedisType::Cluster, "tcp", ""),
-            (RedisType::Cluster, "tcp", "a:1,b"),
-            (RedisType::Sentinel, "tcp", "mymaster"),
-            (RedisType::Sentinel, "tcp", ",a:1"),
-            (RedisType::Single, "tcp", "redis://h:1/notadb"),
+            (Deployment::Single, "tcp", "localhost"),
+            (Deployment::Single, "tcp", "host:notaport"),
+            (Deployment::Single, "tcp", ":6379"),
+            (Deployment::Single, "udp", "h:1"),
+            (Deployment::Cluster, "tcp", ""),
+            (Deployment::Cluster, "tcp", "a:1,b"),
+            (Deployment::Sentinel, "tcp", "mymaster"),
+            (Deployment::Sentinel, "tcp", ",a:1"),
+            (Deployment::Single, "tcp", "redis://h:1/notadb"),
         ] {
             let e = parse("REDIS_URL", t, s, u).unwrap_err();
             assert!(e.to_string().starts_with("REDIS_URL="), "{e}");

@@ -21,12 +21,12 @@
 //! back into their lease if the store part is refused. Only binding items
 //! are leased (a shadow-mode limit is decided as it came).
 //!
-//! Ended leases are returned to the store with [`Commit::Refund`], by a
+//! Ended leases are returned to the store with [`Policy::Refund`], by a
 //! sweeper and by [`Leases::return_all`] at shutdown. During an outage a
 //! lease is spent until it ends; then the take fails and the item is
 //! answered by its rule's failure policy, above this layer.
 //!
-//! See [`super::lease`] for the bound.
+//! See [`lease`] for the bound.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -37,13 +37,16 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::lease::{Lease, LeaseOptions};
-use super::rate::RateMeter;
+pub mod lease;
+pub mod rate;
+
+pub use lease::{Lease, LeaseOptions};
+pub use rate::RateMeter;
+
 use crate::limiter::{Clock, Decision};
 use crate::metrics;
 use crate::store::{
-    Answer, Check, Checked, CheckedLimit, Commit, NodeId, OnFailure, Reply, Store, StoreError,
-    StoreErrorKind, Work,
+    Answer, Decided, Item, Limit, OnFailure, Policy, Reply, Store, StoreError, StoreErrorKind, Work,
 };
 
 /// The longest a request waits for another request's take of the same key.
@@ -58,7 +61,7 @@ struct KeyState {
     meter: RateMeter,
     lease: Option<Lease>,
     /// The limit the lease was taken from (what a refund names).
-    limit: Option<CheckedLimit>,
+    limit: Option<Limit>,
     /// Until when (local clock) the store said the key cannot admit.
     exhausted_until: Option<(Duration, Duration)>,
     /// What the store last said it had left, when below a full batch.
@@ -100,14 +103,14 @@ impl LeaseTable {
 
     /// Takes out every lease that has ended by `now` (all of them with
     /// `all`), and forgets keys idle for two seconds.
-    fn ended(&self, now: Duration, all: bool) -> Vec<(String, CheckedLimit, Lease)> {
+    fn ended(&self, now: Duration, all: bool) -> Vec<(String, Limit, Lease)> {
         let mut out = Vec::new();
         for shard in &self.shards {
             let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
             map.retain(|key, s| {
                 if let Some(l) = s.lease.filter(|l| all || !l.is_live(now)) {
                     s.lease = None;
-                    if let Some(limit) = s.limit.clone() {
+                    if let Some(limit) = s.limit {
                         out.push((key.clone(), limit, l));
                     }
                 }
@@ -188,7 +191,7 @@ impl<S: Store + 'static> Leases<S> {
     /// key's rate); on the second it may not.
     fn plan(
         &self,
-        items: &[Check],
+        items: &[Item],
         now: Duration,
         first: bool,
     ) -> (Vec<Step>, Vec<watch::Receiver<()>>) {
@@ -196,7 +199,7 @@ impl<S: Store + 'static> Leases<S> {
         let mut waits = Vec::new();
         for c in items {
             let leasable = c.lease && c.binding && c.cost > 0;
-            let CheckedLimit::Algorithm(limiter) = c.limit else {
+            let Limit::Algorithm(limiter) = c.limit else {
                 steps.push(Step::Store);
                 continue;
             };
@@ -251,7 +254,7 @@ impl<S: Store + 'static> Leases<S> {
     }
 
     /// Puts back what `steps` spent from leases (the request was refused).
-    fn unspend(&self, items: &[Check], steps: &[Step]) {
+    fn unspend(&self, items: &[Item], steps: &[Step]) {
         for (c, step) in items.iter().zip(steps) {
             if let Step::Local(d, _) = step {
                 if d.is_allowed() {
@@ -269,7 +272,7 @@ impl<S: Store + 'static> Leases<S> {
     }
 
     /// Ends the takes of `steps` that are still marked, waking waiters.
-    fn end_takes(&self, items: &[Check], steps: &[Step]) {
+    fn end_takes(&self, items: &[Item], steps: &[Step]) {
         for (c, step) in items.iter().zip(steps) {
             if let Step::Take(_) = step {
                 if let Some(s) = self.table.shard(&c.key).get_mut(c.key.as_str()) {
@@ -281,7 +284,7 @@ impl<S: Store + 'static> Leases<S> {
     }
 
     /// Learns from the store's answer to a plain item of a leased key.
-    fn learn(&self, c: &Check, checked: &Checked, now: Duration) {
+    fn learn(&self, c: &Item, checked: &Decided, now: Duration) {
         if !(c.lease && c.binding) {
             return;
         }
@@ -302,7 +305,7 @@ impl<S: Store + 'static> Leases<S> {
         }
     }
 
-    async fn leased(&self, items: &[Check], deadline: Option<Instant>) -> Reply {
+    async fn leased(&self, items: &[Item], policy: Policy, deadline: Option<Instant>) -> Reply {
         let mut now = self.clock.now();
         let (mut steps, mut waits) = self.plan(items, now, true);
         if !waits.is_empty() {
@@ -339,7 +342,7 @@ impl<S: Store + 'static> Leases<S> {
         let mut answers: Vec<Option<Result<Answer, StoreError>>> = steps
             .iter()
             .map(|s| match s {
-                Step::Local(decision, at) => Some(Ok(Answer::Checked(Checked {
+                Step::Local(decision, at) => Some(Ok(Answer::Decided(Decided {
                     decision: *decision,
                     count: 0,
                     at: *at,
@@ -349,13 +352,13 @@ impl<S: Store + 'static> Leases<S> {
             .collect();
         let mut committed = !local_refusal;
         if !to_store.is_empty() {
-            let commit = if local_refusal {
-                Commit::Never
+            let policy = if local_refusal {
+                Policy::Decide
             } else {
-                Commit::IfAllPass
+                policy
             };
-            let work = |steps: &[Step]| Work::Check {
-                items: to_store
+            let work = |steps: &[Step]| {
+                let items = to_store
                     .iter()
                     .map(|&i| {
                         let mut c = items[i].clone();
@@ -364,8 +367,8 @@ impl<S: Store + 'static> Leases<S> {
                         }
                         c
                     })
-                    .collect(),
-                commit,
+                    .collect();
+                Work::new(items, policy)
             };
             let mut reply = self.inner.execute(&work(&steps), deadline).await;
             ::metrics::counter!(metrics::LEASE_STORE_CALL).increment(1);
@@ -373,7 +376,7 @@ impl<S: Store + 'static> Leases<S> {
             let refused_take = |reply: &Reply, steps: &[Step]| {
                 to_store.iter().zip(&reply.answers).any(|(&i, a)| {
                     matches!(steps[i], Step::Take(_))
-                        && matches!(a, Ok(Answer::Checked(c)) if !c.decision.is_allowed())
+                        && matches!(a, Ok(Answer::Decided(c)) if !c.decision.is_allowed())
                 })
             };
             if refused_take(&reply, &steps) && !local_refusal {
@@ -390,18 +393,18 @@ impl<S: Store + 'static> Leases<S> {
             for (&i, answer) in to_store.iter().zip(reply.answers) {
                 let c = &items[i];
                 let answer = match (steps[i], answer) {
-                    (Step::Take(batch), Ok(Answer::Checked(mut checked)))
+                    (Step::Take(batch), Ok(Answer::Decided(mut checked)))
                         if reply.committed && checked.decision.is_allowed() =>
                     {
                         self.install(c, batch, &checked, now);
                         if let Decision::Allow { remaining, .. } = &mut checked.decision {
                             *remaining = remaining.saturating_add(batch - c.cost);
                         }
-                        Ok(Answer::Checked(checked))
+                        Ok(Answer::Decided(checked))
                     }
-                    (Step::Store, Ok(Answer::Checked(checked))) => {
+                    (Step::Store, Ok(Answer::Decided(checked))) => {
                         self.learn(c, &checked, now);
-                        Ok(Answer::Checked(checked))
+                        Ok(Answer::Decided(checked))
                     }
                     (_, other) => other,
                 };
@@ -429,8 +432,8 @@ impl<S: Store + 'static> Leases<S> {
     }
 
     /// Records the lease of `batch` that the store admitted for `c`.
-    fn install(&self, c: &Check, batch: u64, checked: &Checked, now: Duration) {
-        let CheckedLimit::Algorithm(limiter) = c.limit else {
+    fn install(&self, c: &Item, batch: u64, checked: &Decided, now: Duration) {
+        let Limit::Algorithm(limiter) = c.limit else {
             return;
         };
         let lease = Lease::taken(
@@ -448,31 +451,21 @@ impl<S: Store + 'static> Leases<S> {
         let s = map.entry(c.key.clone()).or_default();
         // A lease it replaces was spent (or it would have been used).
         s.lease = Some(lease);
-        s.limit = Some(c.limit.clone());
+        s.limit = Some(c.limit);
         s.room = None;
         s.exhausted_until = None;
     }
 }
 
 /// Returns `leases` to `store`: the tokens given back.
-async fn give_back<S: Store + ?Sized>(
-    store: &S,
-    leases: Vec<(String, CheckedLimit, Lease)>,
-) -> u64 {
+async fn give_back<S: Store + ?Sized>(store: &S, leases: Vec<(String, Limit, Lease)>) -> u64 {
     let calls = leases.into_iter().filter(|(_, _, l)| l.tokens > 0).map(|(key, limit, lease)| async move {
-        let work = Work::Check {
-            items: vec![Check {
-                key,
-                limit,
-                cost: lease.tokens,
-                binding: false,
-                on_failure: OnFailure::Error,
-                lease: false,
-            }],
-            commit: Commit::Refund {
-                taken_at: lease.taken_at,
-            },
+        let item = Item {
+            binding: false,
+            on_failure: OnFailure::Error,
+            ..Item::new(key, limit, lease.tokens)
         };
+        let work = Work::new(vec![item], Policy::Refund { taken_at: lease.taken_at });
         let deadline = Instant::now() + Duration::from_secs(1);
         let reply = store.execute(&work, Some(deadline)).await;
         match reply.answers.first() {
@@ -494,21 +487,10 @@ async fn give_back<S: Store + ?Sized>(
 #[async_trait]
 impl<S: Store + 'static> Store for Leases<S> {
     async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
-        match work {
-            Work::Check {
-                items,
-                commit: Commit::IfAllPass,
-            } if items.iter().any(|c| c.lease && c.binding) => self.leased(items, deadline).await,
-            _ => self.inner.execute(work, deadline).await,
+        if work.policy.commits() && work.items.iter().any(|c| c.lease && c.binding) {
+            return self.leased(&work.items, work.policy, deadline).await;
         }
-    }
-
-    fn node_of(&self, key: &str, one_second: bool) -> Option<NodeId> {
-        self.inner.node_of(key, one_second)
-    }
-
-    fn reference_step(&self, subject: &str, reference: &str) -> crate::store::ReferenceStep {
-        self.inner.reference_step(subject, reference)
+        self.inner.execute(work, deadline).await
     }
 }
 
@@ -580,14 +562,10 @@ mod tests {
         }
     }
 
-    fn leased(key: &str, limiter: Limiter) -> Check {
-        Check {
-            key: key.into(),
-            limit: CheckedLimit::Algorithm(limiter),
-            cost: 1,
-            binding: true,
-            on_failure: OnFailure::Error,
+    fn leased(key: &str, limiter: Limiter) -> Item {
+        Item {
             lease: true,
+            ..Item::new(key, Limit::Algorithm(limiter), 1)
         }
     }
 
@@ -596,14 +574,14 @@ mod tests {
     }
 
     /// `n` admitted requests, 1 ms apart: a hot key with a lease out.
-    async fn warm(f: &Fleet, check: &Check, n: usize) {
+    async fn warm(f: &Fleet, check: &Item, n: usize) {
         for _ in 0..n {
             assert!(admitted(&f.nodes[0], check).await);
             f.clock.advance(MS);
         }
     }
 
-    async fn admitted(node: &Leases<Counting>, check: &Check) -> bool {
+    async fn admitted(node: &Leases<Counting>, check: &Item) -> bool {
         let reply = node
             .check(std::slice::from_ref(check))
             .await
@@ -671,12 +649,12 @@ mod tests {
         let peek = f
             .store
             .check_with(
-                &[Check {
+                &[Item {
                     lease: false,
                     cost: 0,
                     ..check.clone()
                 }],
-                Commit::Never,
+                Policy::Decide,
             )
             .await
             .expect("answered");
@@ -706,14 +684,11 @@ mod tests {
         let hot = leased("hot", minute(1_000, AlgorithmName::FixedWindow));
         warm(&f, &hot, 200).await;
         let held = f.nodes[0].table().held("hot", f.clock.now());
-        let full = Check {
-            key: "full".into(),
-            limit: CheckedLimit::Algorithm(minute(1, AlgorithmName::FixedWindow)),
-            cost: 1,
-            binding: true,
-            on_failure: OnFailure::Error,
-            lease: false,
-        };
+        let full = Item::new(
+            "full",
+            Limit::Algorithm(minute(1, AlgorithmName::FixedWindow)),
+            1,
+        );
         assert!(
             f.nodes[0]
                 .check(std::slice::from_ref(&full))
@@ -757,10 +732,7 @@ mod tests {
         f.down.store(true, Ordering::Relaxed);
         let mut local = 0;
         let mut failed = 0;
-        let work = Work::Check {
-            items: vec![check.clone()],
-            commit: Commit::IfAllPass,
-        };
+        let work = Work::new(vec![check.clone()], Policy::Commit);
         for _ in 0..held + 10 {
             match f.nodes[0].execute(&work, None).await.answers[0] {
                 Ok(_) => local += 1,

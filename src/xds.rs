@@ -1,8 +1,9 @@
-//! The xDS config provider (`CONFIG_TYPE=GRPC_XDS_SOTW`), as Envoy Gateway
+//! The xDS config source (`CONFIG_TYPE=GRPC_XDS_SOTW`), as Envoy Gateway
 //! runs the service: one ADS stream (`StreamAggregatedResources`) to the
 //! management server for every [`resource::TYPE_URL`] resource (state of
 //! the world, wildcard), published into the same [`LiveConfig`] slot as
-//! the file provider's.
+//! the file provider's. This is the network side; turning a resource into
+//! the config model is [`crate::config::xds`]'s.
 //!
 //! Per response: every resource is unpacked and the set is loaded as one
 //! configuration ([`resource::load`]). A good set is published and ACKed
@@ -22,8 +23,6 @@
 //! its wait is a constant 10 s); a stream that delivered a response starts
 //! the wait over.
 
-pub mod resource;
-
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -35,8 +34,9 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
-use super::watcher::ReloadStatus;
-use super::LiveConfig;
+use crate::config::watcher::ReloadStatus;
+use crate::config::xds as resource;
+use crate::config::LiveConfig;
 
 /// The longest one dial of the management server may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -104,8 +104,9 @@ pub struct XdsOptions {
     pub backoff: Backoff,
     /// `XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES` when above 0.
     pub max_message_size: Option<usize>,
-    /// `MERGE_DOMAIN_CONFIG`.
-    pub merge_domains: bool,
+    /// `MERGE_DOMAIN_CONFIG`, and whether the store holds the original's
+    /// fixed windows only.
+    pub load: crate::config::LoadOptions,
 }
 
 /// `k1=v1,k2=v2` as the original splits it: on `,`, then on the first `=`;
@@ -327,7 +328,7 @@ fn apply(
         .enumerate()
         .map(|(i, any)| resource::unpack(i, &any.type_url, &any.value))
         .collect();
-    let loaded = decoded.and_then(|r| resource::load(&r, options.merge_domains));
+    let loaded = decoded.and_then(|r| resource::load(&r, options.load));
     match loaded {
         Ok(config) => {
             let domains = config.tree().domain_count();

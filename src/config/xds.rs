@@ -65,13 +65,13 @@ pub fn unpack(
 /// Loads `resources` as one configuration, in the order given.
 pub fn load(
     resources: &[proto::RateLimitConfig],
-    merge_domains: bool,
+    options: loader::LoadOptions,
 ) -> Result<Config, ResourceError> {
     let files: Vec<ParsedFile> = resources
         .iter()
         .map(|r| ParsedFile::from_raw(r.name.clone(), raw_file(r)))
         .collect();
-    Ok(loader::build(&files, merge_domains)?)
+    Ok(loader::build_with(&files, options)?)
 }
 
 fn raw_file(r: &proto::RateLimitConfig) -> RawFile {
@@ -145,7 +145,7 @@ fn value(v: &prost_types::Value) -> MetadataValue {
 mod tests {
     use super::proto::*;
     use super::*;
-    use crate::config::{Entry, Lookup};
+    use crate::config::{Entry, LoadOptions, Lookup};
 
     fn policy(unit: RateLimitUnit, n: u32) -> Option<RateLimitPolicy> {
         Some(RateLimitPolicy {
@@ -185,7 +185,7 @@ mod tests {
             }),
             ..RateLimitDescriptor::default()
         };
-        let config = load(&[resource("r1", "d", vec![d])], false).expect("valid");
+        let config = load(&[resource("r1", "d", vec![d])], Default::default()).expect("valid");
         assert_eq!(
             config.dump(),
             "d.k_v: unit=MINUTE requests_per_unit=7, shadow_mode: false, quota_mode: true\n"
@@ -206,14 +206,27 @@ mod tests {
             }),
             ..RateLimitDescriptor::default()
         };
-        let e = load(&[resource("bad", "d", vec![unset])], false).expect_err("refused");
+        let e =
+            load(&[resource("bad", "d", vec![unset])], Default::default()).expect_err("refused");
         assert_eq!(e.to_string(), "bad: invalid rate limit unit 'UNKNOWN'");
         let twice = [resource("a", "d", vec![]), resource("b", "d", vec![])];
         assert_eq!(
-            load(&twice, false).expect_err("refused").to_string(),
+            load(&twice, LoadOptions::default())
+                .expect_err("refused")
+                .to_string(),
             "b: duplicate domain 'd' in config file"
         );
-        assert!(load(&twice, true).is_ok(), "MERGE_DOMAIN_CONFIG merges");
+        assert!(
+            load(
+                &twice,
+                LoadOptions {
+                    merge_domains: true,
+                    ..LoadOptions::default()
+                }
+            )
+            .is_ok(),
+            "MERGE_DOMAIN_CONFIG merges"
+        );
         let e = unpack(0, "type.googleapis.com/other", b"").expect_err("refused");
         assert!(
             e.to_string()

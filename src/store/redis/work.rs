@@ -1,0 +1,445 @@
+//! A request's store work in Redis: one `limits.lua` call per node (per
+//! hash slot in Redis Cluster, and the per-second Redis apart), all sent
+//! before any answer is awaited.
+//!
+//! # Time
+//!
+//! The script reads `TIME` and decides in whole microseconds; no service
+//! node's clock enters a decision. (The memory store decides in nanoseconds
+//! on its injected clock; the algorithms are the same, the unit of time is
+//! not, so GCRA's rounding up of each admission's cost is at most 1 µs here
+//! instead of 1 ns. Lua numbers are doubles: products above 2⁵³, e.g. a
+//! burst of 10⁹ over a day in µs, lose exactness.)
+//!
+//! # All or nothing
+//!
+//! The items on one node are one script: decided, the counters counted,
+//! and the rest taken only if every binding item (counters included) is
+//! admitted, atomically. Keys of one descriptor's opt-in limits share a
+//! hash tag, so they are always on one slot; the original's keys name
+//! their window, so on a Cluster they sit on slots of their own. A work
+//! whose items are on several slots (or on the main and the per-second
+//! Redis) is **reserved, then refunded**: every slot's script runs
+//! concurrently and takes its own part if that part passes; if any part
+//! refused (a binding counter over its limit, or a binding limit denied),
+//! the parts that took are sent a refund (the same costs given back, the
+//! sliding log's entries removed by name). Counters are never given back:
+//! the original counts every request. So "a request an original window
+//! refuses takes nothing from the opt-in limits" holds across slots after
+//! one round trip. Bound: a refused request holds its cost on the other
+//! slots' limits for one round trip (concurrent requests can be denied
+//! meanwhile: at most the cost of the requests in flight on those keys),
+//! and keeps it only if the refund itself fails (Redis down between the two
+//! calls), at most its cost per limit. A part whose node failed refunds
+//! nothing (its items are answered by their failure policies, not
+//! refused), so during a partial outage a request that a policy then
+//! refuses can stay counted on the healthy nodes: at most its cost per
+//! limit, until their windows end. `integration/store_conformance.rs`
+//! (`refused_requests_take_nothing`) measures it.
+//!
+//! With `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` and counters on several
+//! nodes, the counters are read first and the increments decided from
+//! them (a second call per node): a concurrent request can change a counter
+//! between the two steps, so across nodes the over-deduction is bounded by
+//! the hits of the requests in flight on those keys (the original has this
+//! race on every request). On one node it is one atomic call.
+//!
+//! On a single node (plain or behind sentinels) the groups of concurrent
+//! requests are coalesced into one script call, each group still applied
+//! on its own.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::types::Value;
+use tokio::time::Instant;
+
+use super::{coalesce, int, until, Backend, RedisStore};
+use crate::limiter::Decision;
+use crate::store::memory::counter_decision;
+use crate::store::{Answer, Decided, Item, Limit, Policy, Reply, StoreError, StoreErrorKind, Work};
+
+/// Fields per item in ARGV.
+const FIELDS: usize = 6;
+/// Values the script answers for a counter, and for any other item.
+const COUNTER_REPLY: usize = 1;
+const ITEM_REPLY: usize = 5;
+
+/// One script call's worth of a work's items.
+struct Part<'a> {
+    per_second: bool,
+    positions: Vec<usize>,
+    items: &'a [Item],
+}
+
+impl Part<'_> {
+    /// The script group for `mode` over this part's items (or `only` of
+    /// them), with `cost(i)` as item `i`'s cost.
+    fn group(
+        &self,
+        mode: &'static str,
+        nonce: &str,
+        taken_at: u64,
+        only: Option<&[usize]>,
+        cost: impl Fn(usize) -> u64,
+    ) -> Group {
+        let positions: &[usize] = only.unwrap_or(&self.positions);
+        let mut args = Vec::with_capacity(4 + FIELDS * positions.len());
+        args.extend([
+            Value::from_static_str(mode),
+            Value::from(nonce.to_string()),
+            int(taken_at),
+            int(positions.len() as u64),
+        ]);
+        let mut reply_len = 2;
+        for &i in positions {
+            let c = &self.items[i];
+            let (kind, limit, period, burst) = fields(&c.limit);
+            let flag = match (&c.limit, c.binding) {
+                // -(j + 1) for a counter subject, the group's 1-based item
+                // j; -1 for the commit.
+                (Limit::Reference { subject, .. }, _) => {
+                    let j = subject
+                        .filter(|&s| matches!(self.items[s].limit, Limit::Counter(_)))
+                        .and_then(|s| positions.iter().position(|&p| p == s))
+                        .map_or(0, |j| j as i64 + 1);
+                    -(j + 1)
+                }
+                (_, true) => 1,
+                (_, false) => 0,
+            };
+            args.extend([
+                Value::from_static_str(kind),
+                int(limit),
+                int(period),
+                int(burst),
+                int(cost(i)),
+                Value::Integer(flag),
+            ]);
+            reply_len += if kind == "oc" {
+                COUNTER_REPLY
+            } else {
+                ITEM_REPLY
+            };
+        }
+        Group {
+            keys: positions
+                .iter()
+                .map(|&i| self.items[i].key.clone())
+                .collect(),
+            args,
+            reply_len,
+        }
+    }
+}
+
+/// One request's items on one node, as one group of a script call.
+#[derive(Debug)]
+pub(super) struct Group {
+    keys: Vec<String>,
+    /// `mode, nonce, taken-at time, n`, then the items' fields.
+    args: Vec<Value>,
+    /// How many values the script answers for it.
+    reply_len: usize,
+}
+
+/// `limits.lua` calls on one node, for the coalescer: groups of several
+/// requests in one call, each still applied on its own.
+#[derive(Debug)]
+pub(super) struct LimitCalls(pub(super) Arc<Backend>);
+
+impl LimitCalls {
+    async fn call(backend: &Backend, groups: Vec<Group>) -> Result<Vec<Vec<i64>>, StoreError> {
+        let n_keys = groups.iter().map(|g| g.keys.len()).sum();
+        let mut keys = Vec::with_capacity(n_keys);
+        let mut argv = Vec::with_capacity(1 + groups.iter().map(|g| g.args.len()).sum::<usize>());
+        argv.push(int(groups.len() as u64));
+        let mut sizes = Vec::with_capacity(groups.len());
+        for g in groups {
+            keys.extend(g.keys);
+            argv.extend(g.args);
+            sizes.push(g.reply_len);
+        }
+        backend.call(&backend.script, keys, argv, sizes).await
+    }
+}
+
+impl coalesce::Batch for LimitCalls {
+    type Item = Group;
+    type Answer = Vec<i64>;
+
+    fn run(
+        &self,
+        items: Vec<Group>,
+    ) -> impl std::future::Future<Output = Result<Vec<Vec<i64>>, StoreError>> + Send {
+        LimitCalls::call(&self.0, items)
+    }
+}
+
+/// `kind, limit, period (µs; the TTL in s for the original's), burst`.
+fn fields(limit: &Limit) -> (&'static str, u64, u64, u64) {
+    let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1);
+    match limit {
+        Limit::Algorithm(l) | Limit::Reference { contract: l, .. } => (
+            l.name().key_tag(),
+            l.limit(),
+            micros(l.period()),
+            l.capacity(),
+        ),
+        Limit::Counter(w) => ("oc", w.limit, w.ttl_seconds, w.limit),
+        Limit::Window(w) => ("ow", w.limit, w.ttl_seconds, w.limit),
+    }
+}
+
+/// One item's answer from its row of the reply: a counter's value, or
+/// `code, remaining, retry µs, reset µs, count`.
+fn decided(c: &Item, row: &[i64], now_us: i64) -> Decided {
+    let us = |v: i64| Duration::from_micros(v.max(0).unsigned_abs());
+    let at = us(now_us);
+    if let Limit::Counter(w) = &c.limit {
+        let value = row[0].max(0).unsigned_abs();
+        return Decided {
+            decision: counter_decision(w, value, at.as_secs()),
+            count: value,
+            at,
+        };
+    }
+    let (code, remaining, mut retry, mut reset, count) = (
+        row[0],
+        row[1].max(0).unsigned_abs(),
+        us(row[2]),
+        us(row[3]),
+        row[4].max(0).unsigned_abs(),
+    );
+    if let Limit::Window(w) = &c.limit {
+        // The key names the window; its end is the reset.
+        let end = w.window.start + w.window.length;
+        reset = Duration::from_secs(end.saturating_sub(at.as_secs()).max(1));
+        retry = reset;
+    }
+    let decision = match code {
+        1 => Decision::Allow {
+            remaining,
+            reset_after: reset,
+        },
+        2 => Decision::ExceedsCapacity {
+            capacity: match &c.limit {
+                Limit::Algorithm(l) | Limit::Reference { contract: l, .. } => l.capacity(),
+                Limit::Counter(w) | Limit::Window(w) => w.limit,
+            },
+            reset_after: reset,
+        },
+        _ => Decision::Deny {
+            retry_after: retry.max(Duration::from_micros(1)),
+            reset_after: reset,
+        },
+    };
+    Decided {
+        decision,
+        count,
+        at,
+    }
+}
+
+fn malformed(what: &str) -> StoreError {
+    StoreError::new(
+        StoreErrorKind::Rejected,
+        format!("unexpected reply from the limits script: {what}"),
+    )
+}
+
+/// Runs `work`, one script call per node. A node that fails fails its own
+/// items only; a part refused by a node that answered has the other parts
+/// refunded.
+pub(super) async fn execute(store: &RedisStore, work: &Work, deadline: Option<Instant>) -> Reply {
+    let items = &work.items;
+    if items.is_empty() {
+        return Reply {
+            answers: Vec::new(),
+            committed: work.policy.commits(),
+        };
+    }
+    let groups = store.group_by_node(items.iter().map(|c| (c.key.as_str(), c.limit.one_second())));
+    let parts: Vec<Part<'_>> = groups
+        .into_iter()
+        .map(|((per_second, _), positions)| Part {
+            per_second,
+            positions,
+            items,
+        })
+        .collect();
+    let nonce = format!("{:x}", rand::random::<u64>());
+    let mut costs: Vec<u64> = items.iter().map(|c| c.cost).collect();
+    let (mode, taken_at) = match work.policy {
+        Policy::Commit => ("commit", 0),
+        Policy::CommitStopping if counters_span_parts(&parts) => {
+            stop_across_parts(store, &parts, &nonce, &mut costs, deadline).await;
+            ("commit", 0)
+        }
+        Policy::CommitStopping => ("stop", 0),
+        Policy::Decide => ("decide", 0),
+        Policy::Refund { taken_at } => (
+            "refund",
+            u64::try_from(taken_at.as_micros()).unwrap_or(u64::MAX),
+        ),
+    };
+    let calls = parts.iter().map(|part| {
+        let group = part.group(mode, &nonce, taken_at, None, |i| costs[i]);
+        until(deadline, store.node(part.per_second).lane.run(group))
+    });
+    let replies = futures::future::join_all(calls).await;
+
+    let mut results: Vec<Result<Decided, StoreError>> =
+        vec![Err(malformed("an item without an answer")); items.len()];
+    let mut committed_parts = Vec::new();
+    let mut refused = false;
+    for (part, reply) in parts.iter().zip(replies) {
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                for &i in &part.positions {
+                    results[i] = Err(e.clone());
+                }
+                continue;
+            }
+        };
+        let (now_us, committed) = (reply[0], reply[1] == 1);
+        let mut at = 2;
+        for &i in &part.positions {
+            let width = match items[i].limit {
+                Limit::Counter(_) => COUNTER_REPLY,
+                _ => ITEM_REPLY,
+            };
+            // `call` checked the total length; this guards each row.
+            results[i] = match reply.get(at..at + width) {
+                Some(row) => Ok(decided(&items[i], row, now_us)),
+                None => Err(malformed("wrong length")),
+            };
+            at += width;
+        }
+        if committed {
+            committed_parts.push((part, now_us));
+        } else {
+            refused = true;
+        }
+    }
+    if refused && parts.len() > 1 && work.policy.commits() {
+        refund(store, &committed_parts, &results, &nonce, deadline).await;
+    }
+    // What the nodes that answered did; a failed node's items are answered
+    // by their policies above this store.
+    let committed = work.policy.commits() && !refused;
+    let answers = results
+        .into_iter()
+        .zip(items)
+        .map(|(r, c)| {
+            let mut r = r?;
+            if let (true, Limit::Window(_)) = (committed && r.decision.is_allowed(), &c.limit) {
+                r.count = r.count.saturating_add(c.cost);
+            }
+            Ok(Answer::Decided(r))
+        })
+        .collect();
+    Reply { answers, committed }
+}
+
+/// Whether the counters of a work sit on more than one part.
+fn counters_span_parts(parts: &[Part<'_>]) -> bool {
+    parts
+        .iter()
+        .filter(|p| {
+            p.positions
+                .iter()
+                .any(|&i| matches!(p.items[i].limit, Limit::Counter(_)))
+        })
+        .count()
+        > 1
+}
+
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` over counters on several
+/// nodes: reads them, then zeroes `costs` of the counters that would not
+/// pass their limit if any would. A counter that could not be read cannot
+/// say it would exceed; it fails again in the call that follows, on its
+/// own.
+async fn stop_across_parts(
+    store: &RedisStore,
+    parts: &[Part<'_>],
+    nonce: &str,
+    costs: &mut [u64],
+    deadline: Option<Instant>,
+) {
+    let counters = |p: &Part<'_>| -> Vec<usize> {
+        p.positions
+            .iter()
+            .copied()
+            .filter(|&i| matches!(p.items[i].limit, Limit::Counter(_)))
+            .collect()
+    };
+    let reads = parts.iter().map(|part| {
+        let only = counters(part);
+        let group = part.group("read", nonce, 0, Some(&only), |i| part.items[i].cost);
+        async move {
+            let reply = until(deadline, store.node(part.per_second).lane.run(group)).await;
+            (only, reply)
+        }
+    });
+    let mut exceeds = vec![false; costs.len()];
+    for (only, reply) in futures::future::join_all(reads).await {
+        let Ok(values) = reply else { continue };
+        for (&i, value) in only.iter().zip(values.iter().skip(2)) {
+            if let (Limit::Counter(w), Ok(v)) = (&parts[0].items[i].limit, u64::try_from(*value)) {
+                exceeds[i] = v.saturating_add(costs[i]) > w.limit;
+            }
+        }
+    }
+    if exceeds.iter().any(|&e| e) {
+        for (i, cost) in costs.iter_mut().enumerate() {
+            if !exceeds[i] && matches!(parts[0].items[i].limit, Limit::Counter(_)) {
+                *cost = 0;
+            }
+        }
+    }
+}
+
+/// Gives back what the committed parts of a refused work took. A failed
+/// refund is logged: it leaves at most the request's cost counted on those
+/// limits (see the module doc).
+async fn refund(
+    store: &RedisStore,
+    committed: &[(&Part<'_>, i64)],
+    results: &[Result<Decided, StoreError>],
+    nonce: &str,
+    deadline: Option<Instant>,
+) {
+    let calls = committed.iter().filter_map(|(part, now_us)| {
+        let taken: Vec<usize> = part
+            .positions
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let item = &part.items[i];
+                // A reference that follows the commit recorded its cost
+                // whatever it decided; a counter's is never given back.
+                let recorded = |r: &Decided| match &item.limit {
+                    Limit::Counter(_) => false,
+                    Limit::Reference { subject, .. } => subject
+                        .and_then(|s| part.items.get(s))
+                        .is_none_or(|s| s.limit.taken_on_commit()),
+                    _ => r.decision.is_allowed(),
+                };
+                item.cost > 0 && results[i].as_ref().is_ok_and(recorded)
+            })
+            .collect();
+        if taken.is_empty() {
+            return None;
+        }
+        let at = now_us.max(&0).unsigned_abs();
+        let group = part.group("refund", nonce, at, Some(&taken), |i| part.items[i].cost);
+        Some(until(deadline, store.node(part.per_second).lane.run(group)))
+    });
+    for result in futures::future::join_all(calls).await {
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "refund of a refused request failed; its cost stays counted until the limits' keys expire");
+        }
+    }
+}
