@@ -27,7 +27,9 @@
 #                   server's CPU time per request from /proc
 #   ratelimit-bench uniform over 10,000 keys: req/s, p50, p99, p99.9
 # then a correctness run: 4x16 for 3 s on one key limited to 10,000 per
-# hour (domain cmp): admitted against the limit, and errors.
+# hour (domain cmp): admitted against the limit, and errors. With MIXED=1,
+# also mixed requests at 4x16 (domain mixed: an original window, a token
+# bucket and a sliding window per request, uniform over 10,000 keys).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DURATION=${1:-5s}
@@ -54,7 +56,7 @@ start_redis "$rport"
 
 root="$work/runtime"
 mkdir -p "$root/ratelimit/config"
-cp integration/load/config/bench.yaml "$root/ratelimit/config/"
+cp integration/load/config/bench.yaml integration/load/config/mixed.yaml "$root/ratelimit/config/"
 cat >"$root/ratelimit/config/cmp.yaml" <<'EOF'
 domain: cmp
 descriptors:
@@ -130,6 +132,13 @@ bench() { # label level
     printf '%-28s bench  %-5s %s\n' "$1" "$2" "$(echo "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print("rps=%d p50_us=%d p99_us=%d p999_us=%d errors=%d" % (d["rps"], d["p50_us"], d["p99_us"], d["p999_us"], d["errors"]))')"
 }
 
+mixed() { # label
+    local out
+    out=$("${other_cpu[@]}" target/release/ratelimit-bench run --target "$target" --connections 4 --concurrency 16 \
+        --duration "$DURATION" --warmup 1s --keys uniform:10000 --descriptors 3 --domain mixed | tail -1)
+    printf '%-28s mixed  4x16  %s\n' "$1" "$(echo "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print("rps=%d p50_us=%d p99_us=%d p999_us=%d ok=%d errors=%d" % (d["rps"], d["p50_us"], d["p99_us"], d["p999_us"], d["ok"], d["errors"]))')"
+}
+
 correctness() { # label
     local out
     out=$("${other_cpu[@]}" target/release/ratelimit-bench run --target "$target" --connections 4 --concurrency 16 \
@@ -151,6 +160,7 @@ for round in $(seq "$ROUNDS"); do
                 h2 "$name $store" "$level"
                 bench "$name $store" "$level"
             done
+            [ "${MIXED:-0}" = 1 ] && mixed "$name $store"
             [ "$round" = 1 ] && correctness "$name $store"
             stop
         done

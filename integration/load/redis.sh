@@ -97,8 +97,8 @@ bench "cluster token_bucket peak" "$grpc" "$CONC" bench_tb
 kill "$svc"; wait "$svc" 2>/dev/null || true
 
 sha=$(redis-cli -p "$single" script load "$(cat src/store/redis/limits.lua)")
-# One group, one original counter: n=1, commit, nonce, taken-at 0, then
-# kind, limit, TTL, burst, cost, binding (see the script's header).
+# One group of one original counter in the compact layout: count, n=1,
+# then cost, TTL, limit, binding (see the script's header).
 rb=$("${other_cpu[@]}" redis-benchmark -p "$single" -c 64 -n 300000 -r 10000 -q \
-    evalsha "$sha" 1 "bench_key_v__rand_int___0" 1 commit x 0 1 oc 4000000000 60 0 1 1 | tr '\r' '\n' | tail -1)
+    evalsha "$sha" 1 "bench_key_v__rand_int___0" 1 count 1 1 60 4000000000 1 | tr '\r' '\n' | tail -1)
 echo "redis-benchmark (same script, 64 clients): $rb"

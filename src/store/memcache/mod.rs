@@ -398,9 +398,7 @@ pub const ONLY_COUNTERS: &str = "the memcache backend counts the original's fixe
 /// makes after answering, as the original).
 fn counted(item: &Item, before: u64) -> Answer {
     let after = before.saturating_add(item.cost);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
+    let now = crate::limiter::Clock::now(&crate::limiter::SystemClock);
     let decision = match item.limit.original_window() {
         Some(w) => counter_decision(w, after, now.as_secs()),
         None => crate::limiter::Decision::Allow {

@@ -59,8 +59,9 @@ use crate::limiter::Decision;
 use crate::store::memory::counter_decision;
 use crate::store::{Answer, Decided, Item, Limit, Policy, Reply, StoreError, StoreErrorKind, Work};
 
-/// Fields per item in ARGV.
+/// Fields per item in ARGV, and per counter in a compact group.
 const FIELDS: usize = 6;
+const COUNTER_FIELDS: usize = 4;
 /// Values the script answers for a counter, and for any other item.
 const COUNTER_REPLY: usize = 1;
 const ITEM_REPLY: usize = 5;
@@ -84,10 +85,16 @@ impl Part<'_> {
         cost: impl Fn(usize) -> u64,
     ) -> Group {
         let positions: &[usize] = only.unwrap_or(&self.positions);
+        let counters_only = positions
+            .iter()
+            .all(|&i| matches!(self.items[i].limit, Limit::Counter(_)));
+        if let (true, Some(compact)) = (counters_only, compact_mode(mode)) {
+            return self.counters(compact, positions, cost);
+        }
         let mut args = Vec::with_capacity(4 + FIELDS * positions.len());
         args.extend([
             Value::from_static_str(mode),
-            Value::from(nonce.to_string()),
+            Value::from(nonce),
             int(taken_at),
             int(positions.len() as u64),
         ]);
@@ -130,6 +137,48 @@ impl Part<'_> {
             args,
             reply_len,
         }
+    }
+}
+
+impl Part<'_> {
+    /// The compact group of the original's counters alone (`count` or
+    /// `count-decide`): `n`, then per counter cost, TTL, limit, binding.
+    fn counters(
+        &self,
+        mode: &'static str,
+        positions: &[usize],
+        cost: impl Fn(usize) -> u64,
+    ) -> Group {
+        let mut args = Vec::with_capacity(2 + COUNTER_FIELDS * positions.len());
+        args.extend([Value::from_static_str(mode), int(positions.len() as u64)]);
+        for &i in positions {
+            let c = &self.items[i];
+            let (_, limit, ttl, _) = fields(&c.limit);
+            args.extend([
+                int(cost(i)),
+                int(ttl),
+                int(limit),
+                int(u64::from(c.binding)),
+            ]);
+        }
+        Group {
+            keys: positions
+                .iter()
+                .map(|&i| self.items[i].key.clone())
+                .collect(),
+            args,
+            reply_len: 2 + COUNTER_REPLY * positions.len(),
+        }
+    }
+}
+
+/// The compact mode of a group of counters alone under `mode`, if it has
+/// one (counting modes without STOP).
+fn compact_mode(mode: &str) -> Option<&'static str> {
+    match mode {
+        "commit" => Some("count"),
+        "decide" => Some("count-decide"),
+        _ => None,
     }
 }
 
@@ -197,6 +246,12 @@ fn decided(c: &Item, row: &[i64], now_us: i64) -> Decided {
     let us = |v: i64| Duration::from_micros(v.max(0).unsigned_abs());
     let at = us(now_us);
     if let Limit::Counter(w) = &c.limit {
+        // A group of counters alone reads no time in Redis: the key names
+        // the window, and the reset this reports is only informational.
+        let at = match now_us {
+            0 => crate::limiter::Clock::now(&crate::limiter::SystemClock),
+            _ => at,
+        };
         let value = row[0].max(0).unsigned_abs();
         return Decided {
             decision: counter_decision(w, value, at.as_secs()),
@@ -268,7 +323,18 @@ pub(super) async fn execute(store: &RedisStore, work: &Work, deadline: Option<In
             items,
         })
         .collect();
-    let nonce = format!("{:x}", rand::random::<u64>());
+    // Names a sliding log's entries (a reference's too), so that a refund
+    // removes exactly them; nothing else reads it.
+    let needs_nonce = items.iter().any(|c| match &c.limit {
+        Limit::Algorithm(l) | Limit::Reference { contract: l, .. } => {
+            l.name() == crate::limiter::AlgorithmName::SlidingLog
+        }
+        _ => false,
+    });
+    let nonce = match needs_nonce {
+        true => format!("{:x}", rand::random::<u64>()),
+        false => String::new(),
+    };
     let mut costs: Vec<u64> = items.iter().map(|c| c.cost).collect();
     let (mode, taken_at) = match work.policy {
         Policy::Commit => ("commit", 0),
@@ -283,14 +349,18 @@ pub(super) async fn execute(store: &RedisStore, work: &Work, deadline: Option<In
             u64::try_from(taken_at.as_micros()).unwrap_or(u64::MAX),
         ),
     };
-    let calls = parts.iter().map(|part| {
+    let call = |part: &Part<'_>| {
         let group = part.group(mode, &nonce, taken_at, None, |i| costs[i]);
         until(deadline, store.node(part.per_second).lane.run(group))
-    });
-    let replies = futures::future::join_all(calls).await;
+    };
+    // One node (the common case): no join.
+    let replies = match parts.as_slice() {
+        [one] => vec![call(one).await],
+        _ => futures::future::join_all(parts.iter().map(call)).await,
+    };
 
-    let mut results: Vec<Result<Decided, StoreError>> =
-        vec![Err(malformed("an item without an answer")); items.len()];
+    // Every position is in exactly one part, answered below.
+    let mut results: Vec<Option<Result<Decided, StoreError>>> = vec![None; items.len()];
     let mut committed_parts = Vec::new();
     let mut refused = false;
     for (part, reply) in parts.iter().zip(replies) {
@@ -298,7 +368,7 @@ pub(super) async fn execute(store: &RedisStore, work: &Work, deadline: Option<In
             Ok(r) => r,
             Err(e) => {
                 for &i in &part.positions {
-                    results[i] = Err(e.clone());
+                    results[i] = Some(Err(e.clone()));
                 }
                 continue;
             }
@@ -311,10 +381,10 @@ pub(super) async fn execute(store: &RedisStore, work: &Work, deadline: Option<In
                 _ => ITEM_REPLY,
             };
             // `call` checked the total length; this guards each row.
-            results[i] = match reply.get(at..at + width) {
+            results[i] = Some(match reply.get(at..at + width) {
                 Some(row) => Ok(decided(&items[i], row, now_us)),
                 None => Err(malformed("wrong length")),
-            };
+            });
             at += width;
         }
         if committed {
@@ -323,6 +393,10 @@ pub(super) async fn execute(store: &RedisStore, work: &Work, deadline: Option<In
             refused = true;
         }
     }
+    let results: Vec<Result<Decided, StoreError>> = results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(malformed("an item without an answer"))))
+        .collect();
     if refused && parts.len() > 1 && work.policy.commits() {
         refund(store, &committed_parts, &results, &nonce, deadline).await;
     }
