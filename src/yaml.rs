@@ -29,6 +29,16 @@ pub(crate) const MAX_DEPTH: usize = 512;
 /// "billion laughs" bound).
 const MAX_ALIAS_NODES: usize = 1_000_000;
 
+/// Most bytes the aliases of one document may expand to, as a multiple of
+/// the document's own size (a few aliased blocks of a config are a small
+/// share of it; a large scalar aliased a thousand times is not), with
+/// [`MIN_ALIAS_BYTES`] for small documents. So a document's tree holds at
+/// most about `(1 + ALIAS_BYTES_PER_INPUT_BYTE)` times its size in text.
+pub(crate) const ALIAS_BYTES_PER_INPUT_BYTE: usize = 4;
+
+/// The alias byte budget of a small document.
+pub(crate) const MIN_ALIAS_BYTES: usize = 1 << 20;
+
 /// A YAML node with the 1-based line where it starts.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Node {
@@ -207,7 +217,13 @@ pub(crate) fn parse(input: &[u8]) -> Result<Node, SyntaxError> {
     let mut bytes = input;
     let mut parser = Parser::new();
     parser.set_input_string(&mut bytes);
-    let mut builder = Builder::default();
+    let mut builder = Builder {
+        max_alias_bytes: input
+            .len()
+            .saturating_mul(ALIAS_BYTES_PER_INPUT_BYTE)
+            .max(MIN_ALIAS_BYTES),
+        ..Builder::default()
+    };
     loop {
         let event = parser
             .parse()
@@ -268,6 +284,9 @@ struct Builder {
     anchors: HashMap<String, Node>,
     root: Option<Node>,
     alias_nodes: usize,
+    /// Bytes the aliases expanded to so far, and the most they may.
+    alias_bytes: usize,
+    max_alias_bytes: usize,
 }
 
 impl Builder {
@@ -312,6 +331,18 @@ impl Builder {
                 Some(line),
             ));
         }
+        self.alias_bytes = self.alias_bytes.saturating_add(count_bytes(node));
+        if self.alias_bytes > self.max_alias_bytes {
+            return Err(SyntaxError::new(
+                format!(
+                    "line {line}: document contains excessive aliasing: aliases expand to more than {} bytes ({} times the file, at least {} MiB)",
+                    self.max_alias_bytes,
+                    ALIAS_BYTES_PER_INPUT_BYTE,
+                    MIN_ALIAS_BYTES >> 20
+                ),
+                Some(line),
+            ));
+        }
         let node = node.clone();
         self.push(node, None)
     }
@@ -335,6 +366,21 @@ impl Builder {
             },
         }
         Ok(())
+    }
+}
+
+/// The memory a node's copy takes: its scalars' text and its nodes.
+fn count_bytes(node: &Node) -> usize {
+    let own = std::mem::size_of::<Node>();
+    match &node.kind {
+        NodeKind::Scalar(s) => own + s.text.len(),
+        NodeKind::Seq(items) => own + items.iter().map(count_bytes).sum::<usize>(),
+        NodeKind::Map(pairs) => {
+            own + pairs
+                .iter()
+                .map(|(k, v)| count_bytes(k) + count_bytes(v))
+                .sum::<usize>()
+        }
     }
 }
 
@@ -683,6 +729,30 @@ mod tests {
             "{}",
             err.message
         );
+    }
+
+    #[test]
+    fn aliases_are_bounded_by_the_bytes_they_expand_to() {
+        // One 64 KiB scalar aliased 100 times: 6.4 MiB from a 65 KiB file,
+        // few nodes, refused by bytes with the line of the alias that
+        // crossed the budget.
+        let big = "v".repeat(64 * 1024);
+        let mut doc = format!("big: &big {big}\nlist:\n");
+        for _ in 0..100 {
+            doc.push_str("  - *big\n");
+        }
+        let err = parse(doc.as_bytes()).expect_err("refused");
+        assert!(
+            err.message.contains("excessive aliasing"),
+            "{}",
+            err.message
+        );
+        assert!(err.message.contains("bytes"), "{}", err.message);
+        let line = err.line.expect("a line");
+        assert!((3..=102).contains(&line), "line {line}");
+        // A few aliased blocks, as configs use them, are fine.
+        let ok = "base: &b {unit: second, requests_per_unit: 5}\na: *b\nb: *b\nc: *b\n";
+        assert!(parse(ok.as_bytes()).is_ok());
     }
 
     #[test]
