@@ -1,12 +1,17 @@
 //! [`Breaker`]: one [`Circuit`] per store node in front of a store.
 //!
 //! Each item goes to the node it names ([`Item::node`]: for Redis Cluster
-//! the primary that owns its slot, so a bad primary never holds back keys on
-//! the others); an item that names none is always sent. Items for a node whose circuit is open are not sent: they
-//! fail at once with [`StoreErrorKind::CircuitOpen`] and the time until the
-//! node's next probe, for the failure policies above to answer. A node
-//! counts one failure per request whose items on it timed out or could not
-//! be sent; any answer (even an error reply) is a success.
+//! the primary that owns its slot, so a bad primary never holds back keys
+//! on the others); an item that names none is always sent. Items for a node
+//! whose circuit is open are not sent: they fail at once with
+//! [`StoreErrorKind::CircuitOpen`] and the time until the node's next
+//! probe, for the failure policies above to answer. A node counts one
+//! failure per request whose items on it timed out or could not be sent;
+//! any answer (even an error reply) is a success.
+//!
+//! Bound: after `failures` consecutive failed requests a node costs a
+//! request nothing (no wait, no send) until `cooldown` has passed; then one
+//! request probes it, and only that one waits up to the deadline.
 //!
 //! One log line when a node's circuit opens and one when it closes, and the
 //! gauge `ratelimit.store.breaker.<node>.open`.
