@@ -174,10 +174,17 @@ struct Locked<'a>(Vec<(usize, MutexGuard<'a, Shard>)>);
 
 impl<'a> Locked<'a> {
     fn new(shards: &'a [Mutex<Shard>], ids: &[u128]) -> Locked<'a> {
-        let mut order: Vec<usize> = ids.iter().map(|&id| MemoryStore::shard_of(id)).collect();
-        order.sort_unstable();
-        order.dedup();
-        Locked(order.into_iter().map(|i| (i, shards[i].lock())).collect())
+        let mut wanted = [false; SHARDS];
+        for &id in ids {
+            wanted[MemoryStore::shard_of(id)] = true;
+        }
+        let mut guards = Vec::with_capacity(ids.len().min(SHARDS));
+        for (i, shard) in shards.iter().enumerate() {
+            if wanted[i] {
+                guards.push((i, shard.lock()));
+            }
+        }
+        Locked(guards)
     }
 
     fn shard(&mut self, id: u128) -> &mut Shard {
@@ -196,6 +203,21 @@ impl<'a> Locked<'a> {
             Some(c) if c.expires_at > now_secs => c.count,
             _ => 0,
         }
+    }
+
+    /// Adds `hits` to an original counter (a fresh one once its window has
+    /// ended) in one lookup; its value after.
+    fn count(&mut self, id: u128, hits: u64, w: &OriginalWindow, now_secs: u64) -> u64 {
+        let fresh = Counter {
+            count: 0,
+            expires_at: w.window.start + w.window.length,
+        };
+        let c = self.shard(id).counters.entry(id).or_insert(fresh);
+        if c.expires_at <= now_secs {
+            *c = fresh;
+        }
+        c.count = c.count.saturating_add(hits);
+        c.count
     }
 
     fn set_counter(&mut self, id: u128, count: u64, w: &OriginalWindow) {
@@ -277,38 +299,46 @@ impl MemoryStore {
         }
         // STOP: which counters would pass their limit.
         let stopping = work.policy == Policy::CommitStopping;
-        let mut exceeds = vec![false; items.len()];
-        if stopping {
-            for (i, (item, &id)) in items.iter().zip(&ids).enumerate() {
-                if let Limit::Counter(w) = &item.limit {
-                    exceeds[i] = locked.counter(id, now_secs).saturating_add(item.cost) > w.limit;
-                }
-            }
-        }
+        let exceeds: Vec<bool> = match stopping {
+            true => items
+                .iter()
+                .zip(&ids)
+                .map(|(item, &id)| match &item.limit {
+                    Limit::Counter(w) => {
+                        locked.counter(id, now_secs).saturating_add(item.cost) > w.limit
+                    }
+                    _ => false,
+                })
+                .collect(),
+            false => Vec::new(),
+        };
         let any_exceeds = exceeds.iter().any(|&e| e);
         let counts_taken = !matches!(work.policy, Policy::Refund { .. });
 
         // What the work would write, so that items on one key see the ones
         // before them.
-        let mut pending: HashMap<u128, LimiterState> = HashMap::new();
+        let mut pending: Table<LimiterState> = Table::default();
         let mut writes: Vec<(u128, Write)> = Vec::new();
         // Per item: its decision, its count before and after, and whether
         // it was taken (for the references that follow it).
         let mut results: Vec<(Decision, u64, u64)> = Vec::with_capacity(items.len());
-        let mut taken = vec![false; items.len()];
+        // Only references read it.
+        let followed = items
+            .iter()
+            .any(|c| matches!(c.limit, Limit::Reference { .. }));
+        let mut taken = vec![false; if followed { items.len() } else { 0 }];
         for (i, (item, &id)) in items.iter().zip(&ids).enumerate() {
             match &item.limit {
                 Limit::Counter(w) => {
                     let hits = match (counts_taken, stopping && any_exceeds) {
                         (false, _) => 0,
-                        (true, true) if !exceeds[i] => 0,
+                        (true, true) if !exceeds.get(i).copied().unwrap_or(false) => 0,
                         _ => item.cost,
                     };
-                    let after = locked.counter(id, now_secs).saturating_add(hits);
-                    if hits > 0 || locked.shard(id).counters.contains_key(&id) {
-                        locked.set_counter(id, after, w);
+                    let after = locked.count(id, hits, w, now_secs);
+                    if let Some(t) = taken.get_mut(i) {
+                        *t = hits > 0 && after <= w.limit;
                     }
-                    taken[i] = hits > 0 && after <= w.limit;
                     results.push((counter_decision(w, after, now_secs), after, after));
                 }
                 Limit::Window(w) => {
@@ -349,7 +379,7 @@ impl MemoryStore {
                             .is_some_and(|s| !s.limit.taken_on_commit());
                         match subject {
                             Some(s) if follows_counter => {
-                                if taken[*s] {
+                                if taken.get(*s).copied().unwrap_or(false) {
                                     locked.set_state(id, contract, next, now);
                                 }
                             }
