@@ -720,12 +720,35 @@ async fn bad_input_never_panics() {
         .unwrap_err();
         assert_eq!(e.code(), GrpcCode::InvalidArgument, "unit {unit}");
     }
-    // 10,000 descriptors.
-    let many: Vec<_> = (0..10_000)
-        .map(|i| desc(&[("a", &format!("v{i}"))]))
-        .collect();
-    let r = call(&mut c, request("test", many)).await.expect("ok");
-    assert_eq!(r.statuses.len(), 10_000);
+    // Over the caps: INVALID_ARGUMENT naming the limit and its setting.
+    let descriptors =
+        |n: usize| -> Vec<_> { (0..n).map(|i| desc(&[("a", &format!("v{i}"))])).collect() };
+    let e = call(&mut c, request("test", descriptors(10_000)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), GrpcCode::InvalidArgument);
+    assert!(
+        e.message().contains("10000 descriptors, at most 1000")
+            && e.message().contains("REQUEST_MAX_DESCRIPTORS"),
+        "{}",
+        e.message()
+    );
+    let wide: Vec<(String, String)> = (0..65).map(|i| (format!("k{i}"), "v".into())).collect();
+    let wide: Vec<(&str, &str)> = wide.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let e = call(&mut c, request("test", vec![desc(&wide)]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), GrpcCode::InvalidArgument);
+    assert!(
+        e.message().contains("REQUEST_MAX_ENTRIES"),
+        "{}",
+        e.message()
+    );
+    // At the cap: answered.
+    let r = call(&mut c, request("test", descriptors(1_000)))
+        .await
+        .expect("ok");
+    assert_eq!(r.statuses.len(), 1_000);
     // 64 KB keys.
     let key = "k".repeat(64 * 1024);
     let r = call(&mut c, request("test", vec![desc(&[(&key, "v")])]))
@@ -746,6 +769,36 @@ async fn bad_input_never_panics() {
         .await
         .expect("still serving");
     assert_eq!(r.overall_code, OK);
+}
+
+/// The HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS` the gRPC port advertises,
+/// read off the wire: the client preface and an empty SETTINGS frame, then
+/// the server's first frame, which HTTP/2 requires to be its SETTINGS.
+fn advertised_max_streams(addr: std::net::SocketAddr) -> Option<u32> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .expect("preface");
+    let mut head = [0u8; 9];
+    s.read_exact(&mut head).expect("a frame");
+    assert_eq!(head[3], 4, "the server's first frame is SETTINGS");
+    let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+    let mut payload = vec![0u8; len];
+    s.read_exact(&mut payload).expect("settings");
+    payload.chunks(6).find_map(|p| {
+        (u16::from_be_bytes([p[0], p[1]]) == 3)
+            .then(|| u32::from_be_bytes([p[2], p[3], p[4], p[5]]))
+    })
+}
+
+#[tokio::test]
+async fn grpc_advertises_a_finite_stream_limit() {
+    let svc = start(&[]);
+    assert_eq!(advertised_max_streams(svc.grpc), Some(1024));
+    let svc = start(&[("GRPC_MAX_CONCURRENT_STREAMS", "7")]);
+    assert_eq!(advertised_max_streams(svc.grpc), Some(7));
 }
 
 /// One raw gRPC call over h2: the `grpc-status` and `grpc-message`.

@@ -484,6 +484,8 @@ fn engine_options(settings: &Settings) -> EngineOptions {
             HeaderFormatSetting::XRateLimit => HeaderFormat::XRateLimit,
         },
         retry_after_jitter: r.headers.retry_after_jitter,
+        max_descriptors: settings.request.max_descriptors,
+        max_entries: settings.request.max_entries,
         failure: FailureDefaults {
             mode: settings.store_failure.failure_mode,
             fallback_share: settings.store_failure.fallback_share,
@@ -531,7 +533,9 @@ impl Listeners {
 
 /// The gRPC services (rate limit and health) with grpc-go's server
 /// defaults, which the original runs with: a keepalive ping after 2 h idle,
-/// answered within 20 s.
+/// answered within 20 s; and at most `GRPC_MAX_CONCURRENT_STREAMS` streams
+/// per connection (grpc-go advertises no limit), so a client that never
+/// reads its answers holds at most that many of them.
 fn grpc_router(
     l: &crate::settings::ListenerSettings,
     engine: Arc<Engine>,
@@ -544,6 +548,7 @@ fn grpc_router(
         .max_connection_age_grace(l.grpc_max_connection_age_grace)
         .http2_keepalive_interval(Some(Duration::from_secs(2 * 3600)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .max_concurrent_streams(Some(l.grpc_max_concurrent_streams))
         .layer(crate::service::grpc_metrics::GrpcMetricsLayer)
         .add_service(RlsServer::new(engine, MAX_GRPC_MESSAGE))
         .add_service(health_service)

@@ -40,6 +40,12 @@ pub use types::{
     ServiceError,
 };
 
+/// How many descriptors a request's lookup and plan handle before letting
+/// the worker's other requests run: a request of many descriptors within
+/// the caps costs its neighbours at most this many descriptors' work per
+/// turn.
+pub const SLICE: usize = 64;
+
 /// What the engine does beyond matching, from the settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineOptions {
@@ -67,6 +73,10 @@ pub struct EngineOptions {
     pub header_format: HeaderFormat,
     /// `RETRY_AFTER_JITTER`: OVER_LIMIT statuses wait `[0, jitter)` longer.
     pub retry_after_jitter: Duration,
+    /// `REQUEST_MAX_DESCRIPTORS`: a request with more is refused.
+    pub max_descriptors: usize,
+    /// `REQUEST_MAX_ENTRIES`: a descriptor with more is refused.
+    pub max_entries: usize,
     /// What a rule that sets no `failure_mode` does (`STORE_FAILURE_MODE`,
     /// `STORE_FALLBACK_SHARE`).
     pub failure: FailureDefaults,
@@ -118,6 +128,8 @@ impl Default for EngineOptions {
             response_headers: None,
             header_format: HeaderFormat::Original,
             retry_after_jitter: Duration::ZERO,
+            max_descriptors: 1000,
+            max_entries: 64,
             failure: FailureDefaults::default(),
         }
     }
@@ -311,21 +323,50 @@ impl Engine {
         if request.descriptors.is_empty() {
             return Err(ServiceError::EmptyDescriptors);
         }
+        self.check_size(request)?;
         let config = self.config.current().ok_or(ServiceError::NoConfig)?;
         let now = self.clock.now_secs();
-        let mut matched = self.lookup(&config, request)?;
+        let mut matched = self.lookup(&config, request).await?;
         let statuses = self.limit(request, &mut matched, now).await?;
         Ok(self.respond(request, &matched, statuses))
     }
 
+    /// The size caps: at most `max_descriptors` descriptors of at most
+    /// `max_entries` entries each (Envoy sends a handful).
+    fn check_size(&self, request: &RateLimitRequest) -> Result<(), ServiceError> {
+        let (max_descriptors, max_entries) =
+            (self.options.max_descriptors, self.options.max_entries);
+        if request.descriptors.len() > max_descriptors {
+            return Err(ServiceError::RequestTooLarge {
+                what: "descriptors",
+                got: request.descriptors.len(),
+                limit: max_descriptors,
+                setting: "REQUEST_MAX_DESCRIPTORS",
+            });
+        }
+        match request.descriptors.iter().map(|d| d.entries.len()).max() {
+            Some(most) if most > max_entries => Err(ServiceError::RequestTooLarge {
+                what: "entries in one descriptor",
+                got: most,
+                limit: max_entries,
+                setting: "REQUEST_MAX_ENTRIES",
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Every descriptor's limit, with `replaces` and `unlimited` applied.
-    fn lookup(
+    /// Yields to the worker's other requests every [`SLICE`] descriptors.
+    async fn lookup(
         &self,
         config: &crate::config::Config,
         request: &RateLimitRequest,
     ) -> Result<Matched, ServiceError> {
         let mut limits = Vec::with_capacity(request.descriptors.len());
         for (index, d) in request.descriptors.iter().enumerate() {
+            if index % SLICE == SLICE - 1 {
+                tokio::task::yield_now().await;
+            }
             let found = config
                 .tree()
                 .find(&request.domain, &d.entries, d.limit.as_ref())
@@ -394,6 +435,9 @@ impl Engine {
         let mut plan = plan::Plan::new();
         let limits = std::mem::take(&mut matched.limits);
         for (index, limit) in limits.into_iter().enumerate() {
+            if index % SLICE == SLICE - 1 {
+                tokio::task::yield_now().await;
+            }
             let Some(limit) = limit else { continue };
             let hits = hits_of(request, index);
             let stats = self.stats.rule(&limit.stats_key);

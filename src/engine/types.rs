@@ -103,6 +103,18 @@ pub enum ServiceError {
         /// What is wrong.
         reason: String,
     },
+    /// The request is larger than the service takes (`REQUEST_MAX_*`).
+    #[error("request too large: {got} {what}, at most {limit} allowed ({setting})")]
+    RequestTooLarge {
+        /// What was counted.
+        what: &'static str,
+        /// How many the request has.
+        got: usize,
+        /// The most allowed.
+        limit: usize,
+        /// The setting that says so.
+        setting: &'static str,
+    },
     /// The store failed; the message is the store's.
     #[error("{0}")]
     Store(#[from] crate::store::StoreError),

@@ -10,12 +10,14 @@ use crate::engine::ServiceError;
 /// alike — with code UNKNOWN and the error text, and Envoy only looks at
 /// "error or not" (`failure_mode_deny` decides what passes). A more precise
 /// code (UNAVAILABLE for a store outage, as Limitador uses) would change
-/// what existing dashboards and tests see, so UNKNOWN stays. The exception is
-/// a descriptor the original would crash on: that is the caller's mistake,
-/// reported as INVALID_ARGUMENT.
+/// what existing dashboards and tests see, so UNKNOWN stays. The exceptions
+/// are the caller's mistakes, reported as INVALID_ARGUMENT: a descriptor the
+/// original would crash on, and a request over the size caps.
 pub fn to_status(e: &ServiceError) -> Status {
     match e {
-        ServiceError::InvalidDescriptor { .. } => Status::invalid_argument(e.to_string()),
+        ServiceError::InvalidDescriptor { .. } | ServiceError::RequestTooLarge { .. } => {
+            Status::invalid_argument(e.to_string())
+        }
         _ => Status::unknown(e.to_string()),
     }
 }

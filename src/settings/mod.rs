@@ -73,6 +73,17 @@ pub struct Settings {
     pub hot_keys: HotKeySettings,
     /// The decision audit (`DECISION_AUDIT_*`, ours).
     pub audit: AuditSettings,
+    /// How large a request may be (`REQUEST_MAX_*`, ours).
+    pub request: RequestSettings,
+}
+
+/// How large one request may be (ours).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RequestSettings {
+    /// `REQUEST_MAX_DESCRIPTORS`.
+    pub max_descriptors: usize,
+    /// `REQUEST_MAX_ENTRIES`: per descriptor.
+    pub max_entries: usize,
 }
 
 /// The decision audit (ours).
@@ -145,6 +156,8 @@ pub struct ListenerSettings {
     pub grpc_tls: GrpcTlsSettings,
     /// `GRPC_WORKERS` (ours): how gRPC connections are served.
     pub grpc_workers: GrpcWorkers,
+    /// `GRPC_MAX_CONCURRENT_STREAMS` (ours): streams per connection.
+    pub grpc_max_concurrent_streams: u32,
 }
 
 /// `GRPC_WORKERS`: `auto`, or how many single-threaded runtimes serve the
@@ -790,6 +803,9 @@ impl Settings {
                     n => parse_count(n)
                         .map(|n| GrpcWorkers::Count(usize::try_from(n).unwrap_or(1024).min(1024))),
                 }),
+                grpc_max_concurrent_streams: r.get(ENV_GRPC_MAX_CONCURRENT_STREAMS, |s| {
+                    parse_positive_size(s).map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+                }),
                 grpc_tls: GrpcTlsSettings {
                     enabled: r.get(ENV_GRPC_SERVER_USE_TLS, parse_bool),
                     server_cert: r.string(ENV_GRPC_SERVER_TLS_CERT),
@@ -966,6 +982,10 @@ impl Settings {
                 }),
                 max_limit: r.get(ENV_DECISION_AUDIT_MAX_LIMIT, parse_count),
             },
+            request: RequestSettings {
+                max_descriptors: r.get(ENV_REQUEST_MAX_DESCRIPTORS, parse_positive_size),
+                max_entries: r.get(ENV_REQUEST_MAX_ENTRIES, parse_positive_size),
+            },
         };
         (settings, r.invalid)
     }
@@ -982,6 +1002,17 @@ fn parse_share(s: &str) -> Result<f64, ParseError> {
 }
 
 /// A count ≥ 0.
+/// A count of at least 1.
+fn parse_positive_size(s: &str) -> Result<usize, ParseError> {
+    match parse_int(s)? {
+        n @ 1.. => Ok(usize::try_from(n).unwrap_or(usize::MAX)),
+        _ => Err(ParseError::OutOfRange {
+            min: 1,
+            max: i64::MAX,
+        }),
+    }
+}
+
 fn parse_count(s: &str) -> Result<u64, ParseError> {
     let n = parse_int(s)?;
     u64::try_from(n).map_err(|_| ParseError::OutOfRange {

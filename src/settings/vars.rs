@@ -148,6 +148,18 @@ pub const ENV_DECISION_AUDIT_MAX_LIMIT: &str = "DECISION_AUDIT_MAX_LIMIT";
 /// or more, else `0`. Ours; default `auto`.
 pub const ENV_GRPC_WORKERS: &str = "GRPC_WORKERS";
 
+/// The most descriptors one request may carry; a request with more is
+/// refused with INVALID_ARGUMENT naming the limit. Ours; default `1000`.
+pub const ENV_REQUEST_MAX_DESCRIPTORS: &str = "REQUEST_MAX_DESCRIPTORS";
+
+/// The most entries one descriptor may carry, likewise. Ours; default `64`.
+pub const ENV_REQUEST_MAX_ENTRIES: &str = "REQUEST_MAX_ENTRIES";
+
+/// The most concurrent streams one gRPC connection may open (HTTP/2
+/// `SETTINGS_MAX_CONCURRENT_STREAMS`; a proxy opens another connection
+/// beyond it). Ours; default `1024`.
+pub const ENV_GRPC_MAX_CONCURRENT_STREAMS: &str = "GRPC_MAX_CONCURRENT_STREAMS";
+
 /// Variables this service adds to the original's. Each is opt-in: its
 /// default keeps an existing deployment's behaviour.
 pub static EXTENSIONS: &[VarSpec] = &[
@@ -263,6 +275,24 @@ pub static EXTENSIONS: &[VarSpec] = &[
         name: ENV_DECISION_AUDIT_MAX_LIMIT,
         kind: Kind::Int,
         default: "10000",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_REQUEST_MAX_DESCRIPTORS,
+        kind: Kind::Int,
+        default: "1000",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_REQUEST_MAX_ENTRIES,
+        kind: Kind::Int,
+        default: "64",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_GRPC_MAX_CONCURRENT_STREAMS,
+        kind: Kind::Int,
+        default: "1024",
         support: Support::Active,
     },
 ];
