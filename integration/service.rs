@@ -1171,3 +1171,117 @@ async fn connections_are_spread_over_the_grpc_workers() {
     svc.signal("TERM");
     assert_eq!(svc.wait_exit(Duration::from_secs(20)), Some(0));
 }
+
+/// How long until the server closes `s` (reads until EOF or a reset), at
+/// most `within`; `None` if it is still open then.
+fn closed_within(s: &mut std::net::TcpStream, within: Duration) -> Option<Duration> {
+    use std::io::Read;
+    let started = std::time::Instant::now();
+    s.set_read_timeout(Some(within)).expect("timeout");
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) if started.elapsed() < within => return Some(started.elapsed()),
+            Ok(_) => continue,
+            _ => return None,
+        }
+    }
+}
+
+/// Silent, slowloris and idle keep-alive connections to the HTTP port are
+/// closed once a request's head has not arrived within HTTP_HEADER_TIMEOUT.
+#[tokio::test]
+async fn http_closes_silent_slow_and_idle_connections() {
+    use std::io::Write;
+    let svc = start(&[("HTTP_HEADER_TIMEOUT", "1s")]);
+    let limit = Duration::from_secs(5);
+    // Silent: nothing sent.
+    let mut silent = std::net::TcpStream::connect(svc.http).expect("connect");
+    let t = closed_within(&mut silent, limit).expect("silent connection closed");
+    assert!(
+        t >= Duration::from_millis(900),
+        "not before the timeout: {t:?}"
+    );
+    // Slowloris: a head trickled a line every 400 ms, never finished.
+    let mut slow = std::net::TcpStream::connect(svc.http).expect("connect");
+    slow.write_all(b"GET /healthcheck HTTP/1.1\r\n")
+        .expect("write");
+    let started = std::time::Instant::now();
+    let mut closed = false;
+    for i in 0..20 {
+        std::thread::sleep(Duration::from_millis(400));
+        if slow.write_all(format!("x-{i}: y\r\n").as_bytes()).is_err() {
+            closed = true;
+            break;
+        }
+    }
+    closed = closed || closed_within(&mut slow, Duration::from_secs(1)).is_some();
+    assert!(closed, "a trickled head is cut");
+    assert!(started.elapsed() < Duration::from_secs(8));
+    // Idle keep-alive: one request answered, then nothing.
+    let mut idle = std::net::TcpStream::connect(svc.http).expect("connect");
+    idle.write_all(b"GET /healthcheck HTTP/1.1\r\nhost: x\r\n\r\n")
+        .expect("write");
+    let t = closed_within(&mut idle, limit).expect("idle keep-alive closed");
+    assert!(t >= Duration::from_millis(900), "{t:?}");
+    // The port still serves.
+    assert_eq!(svc.http("GET", "/healthcheck", b"").status, 200);
+}
+
+/// At HTTP_MAX_CONNECTIONS open connections a new one is closed at once,
+/// counted, and the port serves again when they close.
+#[tokio::test]
+async fn http_connection_limit() {
+    let svc = start(&[
+        ("HTTP_MAX_CONNECTIONS", "4"),
+        ("HTTP_HEADER_TIMEOUT", "30s"),
+    ]);
+    let held: Vec<_> = (0..4)
+        .map(|_| std::net::TcpStream::connect(svc.http).expect("connect"))
+        .collect();
+    // Let the server accept them.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut extra = std::net::TcpStream::connect(svc.http).expect("connect");
+    let t = closed_within(&mut extra, Duration::from_secs(5)).expect("closed at once");
+    assert!(t < Duration::from_secs(2), "{t:?}");
+    assert!(svc.stat("ratelimit.http.connection_refused") >= 1);
+    drop(held);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(svc.http("GET", "/healthcheck", b"").status, 200);
+}
+
+/// A `/json` body trickled slower than the 30 s deadline gets 408.
+#[tokio::test]
+async fn json_body_trickled_past_the_deadline_gets_408() {
+    use std::io::{Read, Write};
+    let svc = start(&[]);
+    let mut s = std::net::TcpStream::connect(svc.http).expect("connect");
+    s.write_all(b"POST /json HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n{")
+        .expect("write");
+    let started = std::time::Instant::now();
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .expect("timeout");
+    let mut answer = Vec::new();
+    // One byte every 500 ms, bounded to 80 bytes (40 s).
+    for _ in 0..80 {
+        let mut buf = [0u8; 1024];
+        match s.read(&mut buf) {
+            Ok(n) if n > 0 => {
+                answer.extend_from_slice(&buf[..n]);
+                break;
+            }
+            Ok(_) => break,
+            Err(_) => {}
+        }
+        if s.write_all(b" ").is_err() {
+            break;
+        }
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    let t = started.elapsed();
+    assert!(
+        t >= Duration::from_secs(29) && t < Duration::from_secs(40),
+        "{t:?}"
+    );
+}

@@ -11,7 +11,7 @@
 //! after which remaining connections (health `Watch` streams included) are
 //! cut.
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -32,6 +32,7 @@ use crate::metrics::{LocalCacheGauges, MetricsHandle, MetricsOptions, Stats};
 use crate::resilience::{self, BreakerOptions, LeaseOptions, Leases, ResilienceOptions};
 use crate::service::edge::GrpcListener;
 use crate::service::health::{Component, Health};
+use crate::service::http_server::HttpLimits;
 use crate::service::rls::RlsServer;
 use crate::settings::{
     BackendType, ClientTlsSettings, ConfigType, HeaderFormatSetting, LeaseSettings, RedisSettings,
@@ -234,30 +235,34 @@ pub async fn run(
         grpc_workers(&settings),
         stop_rx.clone(),
     )?;
-    let http_task = spawn_server(
-        axum::serve(
-            listeners.http,
-            crate::service::http::router(Arc::clone(&engine), health.clone()),
-        )
-        .with_graceful_shutdown(stopped(stop_rx.clone()))
-        .into_future(),
-    );
-    let debug_task = spawn_server(
-        axum::serve(
-            listeners.debug,
-            crate::service::debug::router(
-                live,
-                {
-                    let metrics = metrics.clone();
-                    Arc::new(move || metrics.render_stats())
-                },
-                hot_keys,
-                audit,
-            ),
-        )
-        .with_graceful_shutdown(stopped(stop_rx.clone()))
-        .into_future(),
-    );
+    let http_limits = HttpLimits {
+        max_connections: l.http_max_connections,
+        header_timeout: l.http_header_timeout,
+    };
+    let http_task = spawn_server(crate::service::http_server::serve(
+        listeners.http,
+        crate::service::http::router(Arc::clone(&engine), health.clone()),
+        http_limits,
+        "HTTP port",
+        crate::metrics::HTTP_CONNECTION_REFUSED,
+        stopped(stop_rx.clone()),
+    ));
+    let debug_task = spawn_server(crate::service::http_server::serve(
+        listeners.debug,
+        crate::service::debug::router(
+            live,
+            {
+                let metrics = metrics.clone();
+                Arc::new(move || metrics.render_stats())
+            },
+            hot_keys,
+            audit,
+        ),
+        http_limits,
+        "debug port",
+        crate::metrics::DEBUG_CONNECTION_REFUSED,
+        stopped(stop_rx.clone()),
+    ));
     if let Some(ready) = ready {
         let _ = ready.send(addrs);
     }

@@ -52,6 +52,11 @@ pub const STORE_TIMEOUT: &str = "ratelimit.store.timeout";
 /// `ratelimit.store.failure` (ours): requests with an item the store could
 /// not answer (timeout, connection refused or reset, breaker open).
 pub const STORE_FAILURE: &str = "ratelimit.store.failure";
+/// `ratelimit.http.connection_refused` (ours): connections to the HTTP
+/// port closed at once because `HTTP_MAX_CONNECTIONS` were open.
+pub const HTTP_CONNECTION_REFUSED: &str = "ratelimit.http.connection_refused";
+/// `ratelimit.debug.connection_refused` (ours): the same on the debug port.
+pub const DEBUG_CONNECTION_REFUSED: &str = "ratelimit.debug.connection_refused";
 /// `ratelimit.store.circuit_open` (ours): requests with an item not sent
 /// because its node's breaker was open.
 pub const STORE_CIRCUIT_OPEN: &str = "ratelimit.store.circuit_open";

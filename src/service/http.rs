@@ -20,8 +20,8 @@ use crate::service::json;
 /// same as the gRPC port's 4 MiB message limit.
 pub const MAX_JSON_BODY: usize = 4 * 1024 * 1024;
 
-/// How long a `/json` call may take before it is answered as failed (the
-/// original has no deadline).
+/// How long a `/json` call, reading its body included, may take before it
+/// is answered as failed (the original has no deadline).
 pub const JSON_DEADLINE: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone)]
@@ -73,14 +73,20 @@ async fn healthcheck(State(s): State<AppState>) -> Response {
 
 async fn json_bridge(State(s): State<AppState>, req: Request) -> Response {
     let bad_request = || plain(StatusCode::BAD_REQUEST, "Bad Request\n");
-    let body = match to_bytes(req.into_body(), MAX_JSON_BODY).await {
-        Ok(b) => b,
-        Err(_) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "Request Entity Too Large\n"),
+    // The whole call, body included, within the deadline: a body trickled
+    // a byte at a time gets 408 when it passes.
+    let deadline = tokio::time::Instant::now() + JSON_DEADLINE;
+    let body = match tokio::time::timeout_at(deadline, to_bytes(req.into_body(), MAX_JSON_BODY))
+        .await
+    {
+        Ok(Ok(b)) => b,
+        Ok(Err(_)) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "Request Entity Too Large\n"),
+        Err(_) => return plain(StatusCode::REQUEST_TIMEOUT, "Request Timeout\n"),
     };
     let Ok(request) = json::parse_request(&body) else {
         return bad_request();
     };
-    let decided = tokio::time::timeout(JSON_DEADLINE, s.engine.should_rate_limit(&request));
+    let decided = tokio::time::timeout_at(deadline, s.engine.should_rate_limit(&request));
     // The original's span for the /json decision, with the response.
     let span = crate::telemetry::enabled().then(|| {
         tracing::info_span!(

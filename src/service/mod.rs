@@ -7,6 +7,7 @@ pub mod error;
 pub mod grpc_metrics;
 pub mod health;
 pub mod http;
+pub mod http_server;
 pub mod json;
 pub mod rls;
 pub mod tls;

@@ -158,6 +158,10 @@ pub struct ListenerSettings {
     pub grpc_workers: GrpcWorkers,
     /// `GRPC_MAX_CONCURRENT_STREAMS` (ours): streams per connection.
     pub grpc_max_concurrent_streams: u32,
+    /// `HTTP_MAX_CONNECTIONS` (ours): per HTTP and debug port.
+    pub http_max_connections: usize,
+    /// `HTTP_HEADER_TIMEOUT` (ours): how long a request's head may take.
+    pub http_header_timeout: Duration,
 }
 
 /// `GRPC_WORKERS`: `auto`, or how many single-threaded runtimes serve the
@@ -803,6 +807,8 @@ impl Settings {
                     n => parse_count(n)
                         .map(|n| GrpcWorkers::Count(usize::try_from(n).unwrap_or(1024).min(1024))),
                 }),
+                http_max_connections: r.get(ENV_HTTP_MAX_CONNECTIONS, parse_positive_size),
+                http_header_timeout: r.get(ENV_HTTP_HEADER_TIMEOUT, parse_positive_duration),
                 grpc_max_concurrent_streams: r.get(ENV_GRPC_MAX_CONCURRENT_STREAMS, |s| {
                     parse_positive_size(s).map(|n| u32::try_from(n).unwrap_or(u32::MAX))
                 }),

@@ -160,6 +160,15 @@ pub const ENV_REQUEST_MAX_ENTRIES: &str = "REQUEST_MAX_ENTRIES";
 /// beyond it). Ours; default `1024`.
 pub const ENV_GRPC_MAX_CONCURRENT_STREAMS: &str = "GRPC_MAX_CONCURRENT_STREAMS";
 
+/// The most connections the HTTP port, and the debug port, each hold open
+/// at once; one more is closed at once. Ours; default `256`.
+pub const ENV_HTTP_MAX_CONNECTIONS: &str = "HTTP_MAX_CONNECTIONS";
+
+/// How long the HTTP and debug ports wait for a request's head (on a new
+/// connection, or an idle keep-alive one) before closing it. Ours; default
+/// `5s`.
+pub const ENV_HTTP_HEADER_TIMEOUT: &str = "HTTP_HEADER_TIMEOUT";
+
 /// Variables this service adds to the original's. Each is opt-in: its
 /// default keeps an existing deployment's behaviour.
 pub static EXTENSIONS: &[VarSpec] = &[
@@ -287,6 +296,18 @@ pub static EXTENSIONS: &[VarSpec] = &[
         name: ENV_REQUEST_MAX_ENTRIES,
         kind: Kind::Int,
         default: "64",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_HTTP_MAX_CONNECTIONS,
+        kind: Kind::Int,
+        default: "256",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_HTTP_HEADER_TIMEOUT,
+        kind: Kind::Duration,
+        default: "5s",
         support: Support::Active,
     },
     VarSpec {
