@@ -281,3 +281,34 @@ fn both_server_settings_or_a_bad_srv_name_stop_start_up() {
         assert!(err.contains(said), "{err}");
     }
 }
+
+/// Memcache holds the original's windows only: a config using an opt-in
+/// algorithm is refused where it loads and the last good one stays live;
+/// `ALL_OR_NOTHING` stops start-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_memcache_cannot_count_is_refused_where_the_config_loads() {
+    let svc = start("127.0.0.1:1", &[]);
+    assert!(svc.debug("/rlconfig").body.contains("mc.hour"));
+    std::fs::write(
+        svc.config_dir().join("more.yaml"),
+        "domain: more\ndescriptors:\n  - key: k\n    rate_limit: {algorithm: token_bucket, unit: second, requests_per_unit: 5}\n",
+    )
+    .expect("write");
+    assert!(svc.eventually(Duration::from_secs(10), || svc
+        .stat("ratelimit.service.config_load_error")
+        >= 1));
+    let body = svc.debug("/rlconfig").body;
+    assert!(
+        body.contains("mc.hour") && !body.contains("more.k"),
+        "{body}"
+    );
+    let err = refused_start(
+        &[],
+        &[
+            ("BACKEND_TYPE", "memcache"),
+            ("MEMCACHE_HOST_PORT", "127.0.0.1:1"),
+            ("ALL_OR_NOTHING", "true"),
+        ],
+    );
+    assert!(err.contains("ALL_OR_NOTHING"), "{err}");
+}

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Extract the compat test vectors of shared/compat/config-and-matching.md.
+"""Extract the recorded test vectors of the original service from the
+compatibility document they were written down in (a Markdown file kept
+outside this repository, given as the only argument).
 
-Writes the fixture files of section 9.1 to fixtures/ and the vectors of
-sections 9.2, 9.3, 9.4 and 9.6 to vectors/*.json. The output is committed, so
-tests do not need shared/; re-run this after the spec changes:
+Writes the document's fixture files to fixtures/ and its matching, load,
+`replaces` and cache-key vectors to vectors/*.json. The output is committed,
+so the tests never need the document; re-run this when it changes:
 
-    python3 integration/compat/extract.py ../shared/compat/config-and-matching.md
+    python3 integration/compat/extract.py PATH/TO/SPEC.md
 """
 import json
 import os
@@ -67,4 +69,6 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "../../../shared/compat/config-and-matching.md"))
+    if len(sys.argv) != 2:
+        sys.exit("usage: extract.py PATH/TO/SPEC.md")
+    main(sys.argv[1])

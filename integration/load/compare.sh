@@ -16,7 +16,8 @@
 #   PEER_MEMORY_CMD='...' PEER_REDIS_CMD='docker run --network host -e REDIS_URL={redis} ...' \
 #   integration/load/compare.sh
 #
-# or, for a locally built Limitador (see shared/peers/limitador.md), just
+# or, for a Limitador built from Kuadrant/limitador with
+# `cargo build --release -p limitador-server`, just
 # LIMITADOR=/path/to/limitador-server. A mode whose command is empty is
 # skipped. PIN=1 pins each server to core 0 and the clients and Redis to
 # core 1. OURS_ENV adds settings to this service (e.g. "GRPC_WORKERS=1").
