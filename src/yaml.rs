@@ -324,14 +324,15 @@ impl Builder {
                 Some(line),
             ));
         };
-        self.alias_nodes += count_nodes(node);
+        let (nodes, bytes) = size_of(node);
+        self.alias_nodes += nodes;
         if self.alias_nodes > MAX_ALIAS_NODES {
             return Err(SyntaxError::new(
                 "document contains excessive aliasing",
                 Some(line),
             ));
         }
-        self.alias_bytes = self.alias_bytes.saturating_add(count_bytes(node));
+        self.alias_bytes = self.alias_bytes.saturating_add(bytes);
         if self.alias_bytes > self.max_alias_bytes {
             return Err(SyntaxError::new(
                 format!(
@@ -369,31 +370,18 @@ impl Builder {
     }
 }
 
-/// The memory a node's copy takes: its scalars' text and its nodes.
-fn count_bytes(node: &Node) -> usize {
-    let own = std::mem::size_of::<Node>();
+/// A node's size as a copy of it costs: its nodes, and the bytes of its
+/// nodes and its scalars' text.
+fn size_of(node: &Node) -> (usize, usize) {
+    let own = (1, std::mem::size_of::<Node>());
+    let add = |(n, b): (usize, usize), (m, c): (usize, usize)| (n + m, b + c);
     match &node.kind {
-        NodeKind::Scalar(s) => own + s.text.len(),
-        NodeKind::Seq(items) => own + items.iter().map(count_bytes).sum::<usize>(),
-        NodeKind::Map(pairs) => {
-            own + pairs
-                .iter()
-                .map(|(k, v)| count_bytes(k) + count_bytes(v))
-                .sum::<usize>()
-        }
-    }
-}
-
-fn count_nodes(node: &Node) -> usize {
-    match &node.kind {
-        NodeKind::Scalar(_) => 1,
-        NodeKind::Seq(items) => 1 + items.iter().map(count_nodes).sum::<usize>(),
-        NodeKind::Map(pairs) => {
-            1 + pairs
-                .iter()
-                .map(|(k, v)| count_nodes(k) + count_nodes(v))
-                .sum::<usize>()
-        }
+        NodeKind::Scalar(s) => (1, own.1 + s.text.len()),
+        NodeKind::Seq(items) => items.iter().map(size_of).fold(own, add),
+        NodeKind::Map(pairs) => pairs
+            .iter()
+            .map(|(k, v)| add(size_of(k), size_of(v)))
+            .fold(own, add),
     }
 }
 

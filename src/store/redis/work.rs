@@ -130,17 +130,20 @@ impl Part<'_> {
             };
         }
         Group {
-            keys: positions
-                .iter()
-                .map(|&i| self.items[i].key.clone())
-                .collect(),
+            keys: self.keys(positions),
             args,
             reply_len,
         }
     }
-}
 
-impl Part<'_> {
+    /// The keys of the items at `positions`, in order.
+    fn keys(&self, positions: &[usize]) -> Vec<String> {
+        positions
+            .iter()
+            .map(|&i| self.items[i].key.clone())
+            .collect()
+    }
+
     /// The compact group of the original's counters alone (`count` or
     /// `count-decide`): `n`, then per counter cost, TTL, limit, binding.
     fn counters(
@@ -162,10 +165,7 @@ impl Part<'_> {
             ]);
         }
         Group {
-            keys: positions
-                .iter()
-                .map(|&i| self.items[i].key.clone())
-                .collect(),
+            keys: self.keys(positions),
             args,
             reply_len: 2 + COUNTER_REPLY * positions.len(),
         }
