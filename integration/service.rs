@@ -1285,3 +1285,66 @@ async fn json_body_trickled_past_the_deadline_gets_408() {
         "{t:?}"
     );
 }
+
+/// The gRPC port closes a connection that sends nothing within
+/// GRPC_CONNECTION_TIMEOUT, never one that has spoken, and closes at once
+/// one over GRPC_MAX_CONNECTIONS; calls are served again when slots free.
+#[tokio::test]
+async fn grpc_closes_silent_connections_and_caps_open_ones() {
+    use std::io::Write;
+    let svc = start(&[
+        ("GRPC_CONNECTION_TIMEOUT", "1s"),
+        ("GRPC_MAX_CONNECTIONS", "3"),
+    ]);
+    // Silent: closed after about a second, counted.
+    let mut silent = std::net::TcpStream::connect(svc.grpc).expect("connect");
+    let t = closed_within(&mut silent, Duration::from_secs(5)).expect("silent closed");
+    assert!(
+        t >= Duration::from_millis(900),
+        "not before the timeout: {t:?}"
+    );
+    assert!(svc.eventually(Duration::from_secs(5), || svc
+        .stat("ratelimit.grpc.connection_silent")
+        >= 1));
+    // Three connections that spoke (the HTTP/2 preface) hold the slots,
+    // and are not closed for idling past the timeout.
+    let spoke: Vec<_> = (0..3)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(svc.grpc).expect("connect");
+            s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+                .expect("preface");
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut fourth = std::net::TcpStream::connect(svc.grpc).expect("connect");
+    let t = closed_within(&mut fourth, Duration::from_secs(5)).expect("closed at once");
+    assert!(t < Duration::from_millis(900), "{t:?}");
+    assert!(svc.stat("ratelimit.grpc.connection_refused") >= 1);
+    let mut first = spoke.into_iter().next().expect("one");
+    assert_eq!(
+        closed_within(&mut first, Duration::from_millis(300)),
+        None,
+        "a connection that spoke stays open past the timeout"
+    );
+    drop(first);
+    // Slots free as connections close: a call gets through.
+    let mut c = None;
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(100));
+        if let Ok(Ok(client)) = tokio::time::timeout(
+            Duration::from_secs(2),
+            envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::connect(format!("http://{}", svc.grpc)),
+        )
+        .await
+        {
+            c = Some(client);
+            break;
+        }
+    }
+    let mut c = c.expect("a slot freed");
+    let r = call(&mut c, request("test", vec![desc(&[("a", "x")])]))
+        .await
+        .expect("served");
+    assert_eq!(r.overall_code, OK);
+}

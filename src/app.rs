@@ -30,6 +30,7 @@ use crate::hotkeys::{HotKeysView, TopKeys};
 use crate::limiter::{Clock, SystemClock};
 use crate::metrics::{LocalCacheGauges, MetricsHandle, MetricsOptions, Stats};
 use crate::resilience::{self, BreakerOptions, LeaseOptions, Leases, ResilienceOptions};
+use crate::service::admit::Admission;
 use crate::service::edge::GrpcListener;
 use crate::service::health::{Component, Health};
 use crate::service::http_server::HttpLimits;
@@ -233,6 +234,7 @@ pub async fn run(
         listeners.grpc,
         &l.grpc_tls,
         grpc_workers(&settings),
+        Arc::new(grpc_admission(l)),
         stop_rx.clone(),
     )?;
     let http_limits = HttpLimits {
@@ -568,6 +570,7 @@ fn serve_grpc(
     listener: GrpcListener,
     tls: &crate::settings::GrpcTlsSettings,
     workers: usize,
+    admission: Arc<Admission>,
     stop: watch::Receiver<bool>,
 ) -> Result<GrpcServing, AppError> {
     let (tls_config, cert_watch) = if tls.enabled {
@@ -588,15 +591,25 @@ fn serve_grpc(
     let unsupported = |e: crate::service::edge::EdgeError| AppError::Unsupported(e.to_string());
     let task = match workers {
         0 => spawn_server(
-            crate::service::edge::serve_shared(listener, tls_config, router(), stop)
+            crate::service::edge::serve_shared(listener, tls_config, router(), admission, stop)
                 .map_err(unsupported)?,
         ),
         n => spawn_server(
-            crate::service::edge::serve(n, listener, tls_config, router, stop)
+            crate::service::edge::serve(n, listener, tls_config, router, admission, stop)
                 .map_err(unsupported)?,
         ),
     };
     Ok((task, cert_watch))
+}
+
+/// `GRPC_MAX_CONNECTIONS` (by default the file limit less the HTTP and
+/// debug ports' connections and 512 for the stores, config files and logs)
+/// and `GRPC_CONNECTION_TIMEOUT`.
+fn grpc_admission(l: &crate::settings::ListenerSettings) -> Admission {
+    let max = l.grpc_max_connections.unwrap_or_else(|| {
+        crate::service::admit::default_max_connections(2 * l.http_max_connections + 512)
+    });
+    Admission::new(max, l.grpc_connection_timeout)
 }
 
 /// The gRPC workers `GRPC_WORKERS` asks for (0: the shared runtime).

@@ -55,6 +55,12 @@ pub const STORE_FAILURE: &str = "ratelimit.store.failure";
 /// `ratelimit.http.connection_refused` (ours): connections to the HTTP
 /// port closed at once because `HTTP_MAX_CONNECTIONS` were open.
 pub const HTTP_CONNECTION_REFUSED: &str = "ratelimit.http.connection_refused";
+/// `ratelimit.grpc.connection_refused` (ours): connections to the gRPC
+/// port closed at once because `GRPC_MAX_CONNECTIONS` were open.
+pub const GRPC_CONNECTION_REFUSED: &str = "ratelimit.grpc.connection_refused";
+/// `ratelimit.grpc.connection_silent` (ours): connections to the gRPC port
+/// closed for sending nothing within `GRPC_CONNECTION_TIMEOUT`.
+pub const GRPC_CONNECTION_SILENT: &str = "ratelimit.grpc.connection_silent";
 /// `ratelimit.debug.connection_refused` (ours): the same on the debug port.
 pub const DEBUG_CONNECTION_REFUSED: &str = "ratelimit.debug.connection_refused";
 /// `ratelimit.store.circuit_open` (ours): requests with an item not sent

@@ -18,6 +18,11 @@
 //! store are shared; a Redis call made on a worker travels through the
 //! store's connections, which live on the main runtime.
 //!
+//! Every connection is admitted first ([`super::admit`]): a slot out of
+//! `GRPC_MAX_CONNECTIONS`, held until it closes, and on TCP its first bytes
+//! within `GRPC_CONNECTION_TIMEOUT`; only then does it reach a worker (or the
+//! shared runtime's server).
+//!
 //! A connection is served by one worker, so by at most one core: a proxy
 //! that sends everything over a single HTTP/2 connection gets one core for
 //! its gRPC work (Envoy opens a connection per worker thread, so it uses
@@ -25,6 +30,7 @@
 //! signal and drains its connections as tonic's graceful shutdown does.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
@@ -32,6 +38,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_rustls::rustls::ServerConfig;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
+
+use super::admit::{Admission, Held, Slot};
 
 /// Where gRPC connections come from.
 #[derive(Debug)]
@@ -48,10 +56,17 @@ pub type Router = tonic::transport::server::Router<
 >;
 
 /// An accepted connection on its way to a worker, out of the main
-/// runtime's reactor.
+/// runtime's reactor, with its slot.
 enum Accepted {
-    Tcp(std::net::TcpStream),
-    Unix(std::os::unix::net::UnixStream),
+    Tcp(std::net::TcpStream, Slot),
+    Unix(std::os::unix::net::UnixStream, Slot),
+}
+
+/// A connection admitted on the accepting runtime: it holds a slot and has
+/// sent its first bytes.
+enum Admitted {
+    Tcp(TcpStream, Slot),
+    Unix(UnixStream, Slot),
 }
 
 /// Why the edge could not start.
@@ -84,32 +99,49 @@ pub fn serve_shared(
     listener: GrpcListener,
     tls: Option<Arc<ServerConfig>>,
     router: Router,
+    admission: Arc<Admission>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<impl Future<Output = Result<(), String>> + Send + 'static, EdgeError> {
+    if tls.is_some() && matches!(listener, GrpcListener::Unix(_)) {
+        return Err(EdgeError::TlsOverUnixSocket);
+    }
+    let unix_listener = matches!(listener, GrpcListener::Unix(_));
+    let (tx, rx) = mpsc::unbounded_channel::<Admitted>();
+    tokio::spawn(admit(listener, admission, stop.clone(), move |c| {
+        let _ = tx.send(c);
+    }));
     let stopped = async move {
         let _ = stop.wait_for(|&s| s).await;
     };
+    let conns = UnboundedReceiverStream::new(rx);
     let served: std::pin::Pin<
         Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>,
-    > = match (listener, tls) {
-        (GrpcListener::Unix(_), Some(_)) => return Err(EdgeError::TlsOverUnixSocket),
-        (GrpcListener::Tcp(l), Some(config)) => {
-            let tcp = tokio_stream::wrappers::TcpListenerStream::new(l).filter_map(|c| {
-                let c = c.ok()?;
-                // No Nagle: a small response must not wait for a delayed ACK.
-                c.set_nodelay(true).ok()?;
-                Some(c)
+    > = match tls {
+        Some(config) => {
+            let tcp = conns.filter_map(|c| match c {
+                Admitted::Tcp(s, slot) => Some(Held::new(s, slot)),
+                Admitted::Unix(..) => None,
             });
             let incoming = super::tls::incoming(tcp, config);
             Box::pin(router.serve_with_incoming_shutdown(incoming, stopped))
         }
-        (GrpcListener::Tcp(l), None) => {
-            let incoming = tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true));
-            Box::pin(router.serve_with_incoming_shutdown(incoming, stopped))
-        }
-        (GrpcListener::Unix(l), None) => {
-            let incoming = tokio_stream::wrappers::UnixListenerStream::new(l);
-            Box::pin(router.serve_with_incoming_shutdown(incoming, stopped))
+        None => {
+            // Every connection is of the listener's one kind.
+            let (tcp, unix) = (
+                |c| match c {
+                    Admitted::Tcp(s, slot) => Some(Ok::<_, std::io::Error>(Held::new(s, slot))),
+                    Admitted::Unix(..) => None,
+                },
+                |c| match c {
+                    Admitted::Unix(s, slot) => Some(Ok::<_, std::io::Error>(Held::new(s, slot))),
+                    Admitted::Tcp(..) => None,
+                },
+            );
+            if unix_listener {
+                Box::pin(router.serve_with_incoming_shutdown(conns.filter_map(unix), stopped))
+            } else {
+                Box::pin(router.serve_with_incoming_shutdown(conns.filter_map(tcp), stopped))
+            }
         }
     };
     Ok(async move { served.await.map_err(|e| e.to_string()) })
@@ -124,6 +156,7 @@ pub fn serve(
     listener: GrpcListener,
     tls: Option<Arc<ServerConfig>>,
     router: Arc<dyn Fn() -> Router + Send + Sync>,
+    admission: Arc<Admission>,
     stop: watch::Receiver<bool>,
 ) -> Result<impl Future<Output = Result<(), String>> + Send + 'static, EdgeError> {
     if tls.is_some() && matches!(listener, GrpcListener::Unix(_)) {
@@ -150,7 +183,22 @@ pub fn serve(
         senders.push(tx);
         finished.push(done_rx);
     }
-    tokio::spawn(accept(listener, senders, stop));
+    // Admitted connections go to the workers in turn, as std sockets.
+    let next = AtomicUsize::new(0);
+    tokio::spawn(admit(listener, admission, stop, move |c| {
+        let i = next.fetch_add(1, Ordering::Relaxed) % senders.len();
+        let accepted = match c {
+            Admitted::Tcp(s, slot) => s.into_std().map(|s| Accepted::Tcp(s, slot)),
+            Admitted::Unix(s, slot) => s.into_std().map(|s| Accepted::Unix(s, slot)),
+        };
+        match accepted {
+            // A worker that has stopped drops what it is sent.
+            Ok(a) => {
+                let _ = senders[i].send(a);
+            }
+            Err(e) => tracing::warn!("gRPC connection: {e}"),
+        }
+    }));
     Ok(async move {
         let mut first = Ok(());
         for done in finished {
@@ -165,13 +213,16 @@ pub fn serve(
     })
 }
 
-/// Accepts until `stop`, handing connections to the workers in turn.
-async fn accept(
+/// Accepts until `stop`; each connection that gets a slot and sends its
+/// first bytes in time goes to `deliver` (a spawned task waits for the
+/// first bytes, so a silent client holds up no other).
+async fn admit(
     listener: GrpcListener,
-    workers: Vec<mpsc::UnboundedSender<Accepted>>,
+    admission: Arc<Admission>,
     mut stop: watch::Receiver<bool>,
+    deliver: impl Fn(Admitted) + Send + Sync + 'static,
 ) {
-    let mut next = 0;
+    let deliver = Arc::new(deliver);
     loop {
         let accepted = tokio::select! {
             _ = stop.wait_for(|&s| s) => return,
@@ -186,21 +237,40 @@ async fn accept(
                 continue;
             }
         };
-        // A worker that has stopped drops what it is sent.
-        let _ = workers[next % workers.len()].send(conn);
-        next += 1;
+        let Some(slot) = admission.slot() else {
+            continue;
+        };
+        let (admission, deliver) = (Arc::clone(&admission), Arc::clone(&deliver));
+        tokio::spawn(async move {
+            let spoke = match &conn {
+                Incoming::Tcp(s) => admission.spoke(s).await,
+                Incoming::Unix(_) => true,
+            };
+            if spoke {
+                deliver(match conn {
+                    Incoming::Tcp(s) => Admitted::Tcp(s, slot),
+                    Incoming::Unix(s) => Admitted::Unix(s, slot),
+                });
+            }
+        });
     }
 }
 
-async fn accept_one(listener: &GrpcListener) -> std::io::Result<Accepted> {
+/// A connection just accepted.
+enum Incoming {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+async fn accept_one(listener: &GrpcListener) -> std::io::Result<Incoming> {
     match listener {
         GrpcListener::Tcp(l) => {
             let (s, _) = l.accept().await?;
             // No Nagle: a small response must not wait for a delayed ACK.
             s.set_nodelay(true)?;
-            Ok(Accepted::Tcp(s.into_std()?))
+            Ok(Incoming::Tcp(s))
         }
-        GrpcListener::Unix(l) => Ok(Accepted::Unix(l.accept().await?.0.into_std()?)),
+        GrpcListener::Unix(l) => Ok(Incoming::Unix(l.accept().await?.0)),
     }
 }
 
@@ -218,8 +288,8 @@ async fn worker(
     let conns = UnboundedReceiverStream::new(rx);
     // Every connection is of the listener's one kind.
     let tcp = |c| match c {
-        Accepted::Tcp(s) => tcp_stream(s),
-        Accepted::Unix(_) => None,
+        Accepted::Tcp(s, slot) => tcp_stream(s).map(|s| Held::new(s, slot)),
+        Accepted::Unix(..) => None,
     };
     let served = match (tls, unix) {
         (Some(config), _) => {
@@ -233,8 +303,8 @@ async fn worker(
         (None, true) => {
             let incoming = conns
                 .filter_map(|c| match c {
-                    Accepted::Unix(s) => unix_stream(s),
-                    Accepted::Tcp(_) => None,
+                    Accepted::Unix(s, slot) => unix_stream(s).map(|s| Held::new(s, slot)),
+                    Accepted::Tcp(..) => None,
                 })
                 .map(Ok::<_, std::io::Error>);
             router.serve_with_incoming_shutdown(incoming, stopped).await

@@ -1,6 +1,7 @@
 //! The network face: gRPC (`RateLimitService`, health), the main HTTP port
 //! and the debug port, each a thin adapter over the [`crate::engine`].
 
+pub mod admit;
 pub mod debug;
 pub mod edge;
 pub mod error;

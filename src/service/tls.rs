@@ -24,6 +24,8 @@ use rustls::sign::CertifiedKey;
 use rustls::{DistinguishedName, RootCertStore, ServerConfig, SignatureScheme};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+
+use super::admit::Held;
 use tokio_rustls::server::TlsStream;
 
 /// A TLS setup problem, found at start-up.
@@ -222,7 +224,7 @@ pub fn server_config(
 
 /// A server-side TLS connection that tonic can serve.
 #[derive(Debug)]
-pub struct TlsConn(pub TlsStream<TcpStream>);
+pub struct TlsConn(pub TlsStream<Held<TcpStream>>);
 
 impl tonic::transport::server::Connected for TlsConn {
     type ConnectInfo = tonic::transport::server::TcpConnectInfo;
@@ -277,7 +279,7 @@ impl AsyncWrite for TlsConn {
 /// so a slow client does not hold up the others; failed handshakes are
 /// logged and dropped.
 pub fn incoming(
-    conns: impl tokio_stream::Stream<Item = tokio::net::TcpStream> + Send + 'static,
+    conns: impl tokio_stream::Stream<Item = Held<tokio::net::TcpStream>> + Send + 'static,
     config: Arc<ServerConfig>,
 ) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<TlsConn>> {
     use tokio_stream::StreamExt;
@@ -290,6 +292,7 @@ pub fn incoming(
                 break;
             }
             let peer = tcp
+                .get_ref()
                 .peer_addr()
                 .map_or_else(|_| "a client".to_string(), |a| a.to_string());
             let acceptor = acceptor.clone();

@@ -158,6 +158,11 @@ pub struct ListenerSettings {
     pub grpc_workers: GrpcWorkers,
     /// `GRPC_MAX_CONCURRENT_STREAMS` (ours): streams per connection.
     pub grpc_max_concurrent_streams: u32,
+    /// `GRPC_MAX_CONNECTIONS` (ours): `None` for `auto`.
+    pub grpc_max_connections: Option<usize>,
+    /// `GRPC_CONNECTION_TIMEOUT` (ours): how long a new connection may be
+    /// silent.
+    pub grpc_connection_timeout: Duration,
     /// `HTTP_MAX_CONNECTIONS` (ours): per HTTP and debug port.
     pub http_max_connections: usize,
     /// `HTTP_HEADER_TIMEOUT` (ours): how long a request's head may take.
@@ -807,6 +812,12 @@ impl Settings {
                     n => parse_count(n)
                         .map(|n| GrpcWorkers::Count(usize::try_from(n).unwrap_or(1024).min(1024))),
                 }),
+                grpc_max_connections: r.get(ENV_GRPC_MAX_CONNECTIONS, |s| match s {
+                    "auto" => Ok(None),
+                    n => parse_positive_size(n).map(Some),
+                }),
+                grpc_connection_timeout: r
+                    .get(ENV_GRPC_CONNECTION_TIMEOUT, parse_positive_duration),
                 http_max_connections: r.get(ENV_HTTP_MAX_CONNECTIONS, parse_positive_size),
                 http_header_timeout: r.get(ENV_HTTP_HEADER_TIMEOUT, parse_positive_duration),
                 grpc_max_concurrent_streams: r.get(ENV_GRPC_MAX_CONCURRENT_STREAMS, |s| {

@@ -169,6 +169,16 @@ pub const ENV_HTTP_MAX_CONNECTIONS: &str = "HTTP_MAX_CONNECTIONS";
 /// `5s`.
 pub const ENV_HTTP_HEADER_TIMEOUT: &str = "HTTP_HEADER_TIMEOUT";
 
+/// The most gRPC connections open at once; one more is closed at once.
+/// `auto`: the process's open-file limit less the other ports' and the
+/// stores' share. Ours; default `auto`.
+pub const ENV_GRPC_MAX_CONNECTIONS: &str = "GRPC_MAX_CONNECTIONS";
+
+/// How long a new gRPC connection may stay silent before it is closed (a
+/// connection that has spoken is never closed for idleness). Ours; default
+/// `5s`.
+pub const ENV_GRPC_CONNECTION_TIMEOUT: &str = "GRPC_CONNECTION_TIMEOUT";
+
 /// Variables this service adds to the original's. Each is opt-in: its
 /// default keeps an existing deployment's behaviour.
 pub static EXTENSIONS: &[VarSpec] = &[
@@ -306,6 +316,18 @@ pub static EXTENSIONS: &[VarSpec] = &[
     },
     VarSpec {
         name: ENV_HTTP_HEADER_TIMEOUT,
+        kind: Kind::Duration,
+        default: "5s",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_GRPC_MAX_CONNECTIONS,
+        kind: Kind::String,
+        default: "auto",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_GRPC_CONNECTION_TIMEOUT,
         kind: Kind::Duration,
         default: "5s",
         support: Support::Active,

@@ -1020,14 +1020,19 @@ async fn serve_noop(
         .unwrap_or_else(edge::cores);
     let fatal = |e: &dyn std::fmt::Display| Failure::Fatal(format!("no-op server: {e}"));
     let listener = edge::GrpcListener::Tcp(listener);
+    // The service's defaults, so the ceiling pays what the service pays.
+    let admission = Arc::new(ratelimit::service::admit::Admission::new(
+        ratelimit::service::admit::default_max_connections(1024),
+        Duration::from_secs(5),
+    ));
     let served = match workers {
         0 => {
-            edge::serve_shared(listener, tls, router(), stop_rx)
+            edge::serve_shared(listener, tls, router(), admission, stop_rx)
                 .map_err(|e| fatal(&e))?
                 .await
         }
         n => {
-            edge::serve(n, listener, tls, router, stop_rx)
+            edge::serve(n, listener, tls, router, admission, stop_rx)
                 .map_err(|e| fatal(&e))?
                 .await
         }
