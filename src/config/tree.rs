@@ -173,6 +173,10 @@ pub struct MatchedLimit {
     pub rule: Arc<RateLimitRule>,
     /// The key the per-rule stats are counted under.
     pub stats_key: String,
+    /// Whether `stats_key` carries values of the request (`detailed_metric`,
+    /// `value_to_metric`, an override): a per-value series, unbounded by the
+    /// config. Otherwise the key is the rule's own, one of the config's.
+    pub stats_per_value: bool,
     /// With `share_threshold`: per request entry, the pattern that replaces
     /// the entry's value in the cache key, or "".
     pub share_threshold_key_pattern: Option<Vec<String>>,
@@ -321,6 +325,15 @@ impl DescriptorTree {
             return Ok(Lookup::NoLimit);
         };
         let stats_key = stats_key(domain, entries, &path, &shares, rule.detailed_metric);
+        // A value enters the key where detailed_metric asks, or where
+        // value_to_metric does at a wildcard or default (not replaced by a
+        // share_threshold pattern).
+        let stats_per_value = rule.detailed_metric
+            || path.iter().enumerate().any(|(i, (node, how))| {
+                node.value_to_metric
+                    && *how != How::Exact
+                    && shares.get(i).copied().flatten().is_none()
+            });
         let share_threshold_key_pattern = (!shares.is_empty()).then(|| {
             shares
                 .iter()
@@ -330,6 +343,7 @@ impl DescriptorTree {
         Ok(Lookup::Limit(MatchedLimit {
             rule: Arc::clone(rule),
             stats_key,
+            stats_per_value,
             share_threshold_key_pattern,
             from_override: false,
         }))
@@ -390,6 +404,7 @@ fn override_limit(
             key.clone(),
         )),
         stats_key: key,
+        stats_per_value: true,
         share_threshold_key_pattern: None,
         from_override: true,
     })

@@ -440,7 +440,7 @@ impl Engine {
             }
             let Some(limit) = limit else { continue };
             let hits = hits_of(request, index);
-            let stats = self.stats.rule(&limit.stats_key);
+            let stats = self.stats.rule(&limit.stats_key, limit.stats_per_value);
             stats.total_hits.increment(hits);
             // The local cache is asked before any I/O, as the original does.
             let cached_over = |key: &str| {

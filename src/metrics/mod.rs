@@ -204,11 +204,20 @@ impl Stats {
     }
 
     /// The counters of a rule's stats key (registered on first use).
-    pub fn rule(&self, stats_key: &str) -> Arc<RuleStats> {
+    ///
+    /// A rule's own series (`per_value` false: its key is the config's) is
+    /// never refused by the per-key cap, so a flood of per-value series
+    /// (`detailed_metric`, `value_to_metric`) cannot blind another rule;
+    /// per-value series share the cap.
+    pub fn rule(&self, stats_key: &str, per_value: bool) -> Arc<RuleStats> {
         if let Some(s) = self.rules.get(stats_key) {
             return s;
         }
-        let s = Arc::new(RuleStats::register(stats_key));
+        let register = || RuleStats::register(stats_key);
+        let s = Arc::new(match per_value {
+            true => register(),
+            false => recorder::beyond_the_cap(register),
+        });
         self.rules.insert(stats_key.to_string(), s.clone());
         s
     }

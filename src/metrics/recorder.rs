@@ -15,8 +15,9 @@
 //! concurrently), its value has not changed for the idle timeout, and its
 //! last change has been flushed — so no count is ever lost by a sink. At most
 //! [`MAX_DYNAMIC_SERIES`] dynamic cells exist; past that, new dynamic keys
-//! get no-op handles (and a rate-limited warning). Other cells are never
-//! removed.
+//! get no-op handles (and a rate-limited warning), except a rule's own
+//! series (see [`beyond_the_cap`]), which the config bounds: a flood of
+//! per-value series never blinds a rule. Other cells are never removed.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -34,6 +35,21 @@ use parking_lot::{Mutex, RwLock};
 use super::prometheus_mapping::{sanitize_label_name, Mapper, StatKind};
 use super::statsd::{dogstatsd_tags, format_gauge, format_timer_ms, push_line, serialize_tags};
 use super::RATE_LIMIT_PREFIX;
+
+thread_local! {
+    /// Set while a rule's own series (bounded by the config) registers.
+    static BEYOND_THE_CAP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `register` with the per-key cap lifted for the handles it creates:
+/// for a rule's own series, which the config bounds. They still count
+/// towards the cap, and are forgotten when idle as any per-key cell is.
+pub(crate) fn beyond_the_cap<T>(register: impl FnOnce() -> T) -> T {
+    BEYOND_THE_CAP.with(|b| b.set(true));
+    let out = register();
+    BEYOND_THE_CAP.with(|b| b.set(false));
+    out
+}
 
 /// Most dynamic (request-keyed) cells kept at once.
 pub const MAX_DYNAMIC_SERIES: usize = 100_000;
@@ -368,6 +384,7 @@ impl Core {
     /// reached and `exists` (only asked then) says it is not registered yet.
     fn refuse(&self, key: &Key, exists: impl FnOnce() -> bool) -> bool {
         if self.dynamic.load(Ordering::Relaxed) < MAX_DYNAMIC_SERIES
+            || BEYOND_THE_CAP.with(|b| b.get())
             || !key.name().starts_with(RATE_LIMIT_PREFIX)
             || exists()
         {

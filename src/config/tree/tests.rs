@@ -206,3 +206,35 @@ fn exact_lookup_does_not_scan_siblings() {
     assert_eq!(find(&t, &[("k", "v9999")]).as_deref(), Some("2:d.k_v9999"));
     assert_eq!(find(&t, &[("k", "zzz")]).as_deref(), Some("1:d.k_*"));
 }
+
+/// A stats key says whether it carries the request's values: those are
+/// per-value series (capped); a rule's own key is the config's.
+#[test]
+fn stats_keys_say_whether_they_carry_request_values() {
+    let t = tree(
+        "
+domain: d
+descriptors:
+  - key: plain
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: wild
+    value: a*
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: per_value
+    value_to_metric: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: detailed
+    detailed_metric: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+",
+    );
+    let per_value =
+        |k: &str, v: &str| match t.find("d", &[Entry::new(k, v)], None).expect("no override") {
+            Lookup::Limit(m) => (m.stats_key, m.stats_per_value),
+            _ => panic!("{k} has a rule"),
+        };
+    assert_eq!(per_value("plain", "x"), ("d.plain".into(), false));
+    assert_eq!(per_value("wild", "abc"), ("d.wild_a*".into(), false));
+    assert_eq!(per_value("per_value", "x"), ("d.per_value_x".into(), true));
+    assert_eq!(per_value("detailed", "x"), ("d.detailed_x".into(), true));
+}

@@ -156,8 +156,8 @@ async fn render_stats_lists_every_statistic_sorted() {
     let stats = Stats::new();
     record(&handle, || {
         stats.config_load(true);
-        stats.rule("rl.foo").total_hits.increment(3);
-        stats.rule("rl.foo").over_limit.increment(1);
+        stats.rule("rl.foo", false).total_hits.increment(3);
+        stats.rule("rl.foo", false).over_limit.increment(1);
         stats.domain_not_found("nope");
         stats.redis_error();
         record_grpc_call("ShouldRateLimit", Duration::from_micros(1500));
@@ -212,11 +212,11 @@ async fn render_prometheus_uses_the_default_mapping() {
     let stats = Stats::new();
     record(&handle, || {
         stats.config_load(true);
-        stats.rule("rl.foo").total_hits.increment(3);
-        stats.rule("rl.a.b.c").over_limit.increment(2);
-        stats.rule("rl.a.b.d").over_limit.increment(1);
+        stats.rule("rl.foo", false).total_hits.increment(3);
+        stats.rule("rl.a.b.c", false).over_limit.increment(2);
+        stats.rule("rl.a.b.d", false).over_limit.increment(1);
         stats
-            .rule("rl.a.b")
+            .rule("rl.a.b", false)
             .over_limit_with_local_cache
             .increment(4);
         stats.domain_not_found("nope");
@@ -247,7 +247,9 @@ async fn render_prometheus_uses_the_default_mapping() {
     // Counters never incremented are not exported (zero deltas are skipped).
     assert!(!text.contains("near_limit"), "{text}");
     // Counters accumulate across renders.
-    record(&handle, || stats.rule("rl.foo").total_hits.increment(2));
+    record(&handle, || {
+        stats.rule("rl.foo", false).total_hits.increment(2)
+    });
     let s = samples(&handle.render_prometheus());
     assert!(s.contains("ratelimit_service_rate_limit_total_hits{domain=\"rl\",key1=\"foo\"} 5"));
     assert!(s.contains("ratelimit_service_config_load_success 1"));
@@ -362,7 +364,7 @@ async fn statsd_udp_sink_sends_deltas_gauges_and_timers() {
     let stats = Stats::new();
     record(&handle, || {
         stats.config_load(true);
-        stats.rule("rl.foo").total_hits.increment(3);
+        stats.rule("rl.foo", false).total_hits.increment(3);
         record_grpc_call("ShouldRateLimit", Duration::from_micros(12_900));
     });
     handle.add_generator(|| {
@@ -396,7 +398,9 @@ async fn statsd_udp_sink_sends_deltas_gauges_and_timers() {
     );
 
     // Second flush: deltas only, gauges again.
-    record(&handle, || stats.rule("rl.foo").total_hits.increment(2));
+    record(&handle, || {
+        stats.rule("rl.foo", false).total_hits.increment(2)
+    });
     handle.flush().await;
     let lines: BTreeSet<String> = recv_lines(&server, Duration::from_millis(300))
         .await
@@ -555,7 +559,7 @@ async fn idle_per_key_statistics_are_forgotten() {
     let stats = Stats::new();
     record(&handle, || {
         metrics::counter!("ratelimit.service.rate_limit.gone.domain_not_found").increment(1);
-        stats.rule("rl.kept").total_hits.increment(1);
+        stats.rule("rl.kept", false).total_hits.increment(1);
         metrics::counter!(CONFIG_LOAD_SUCCESS).increment(1);
     });
     assert_eq!(handle.dynamic_stats(), 7);
@@ -601,6 +605,37 @@ async fn forgetting_never_loses_statsd_counts() {
         total += n;
     }
     assert_eq!(total, 4);
+}
+
+/// A flood of per-value series fills the cap; a rule first seen after it
+/// still gets its series, and a new per-value one does not.
+#[tokio::test]
+async fn a_full_cap_never_blinds_a_rule() {
+    let (_, handle) = build(MetricsOptions {
+        disable_stats: true,
+        ..MetricsOptions::default()
+    })
+    .expect("build");
+    let stats = Stats::new();
+    record(&handle, || {
+        for i in 0..MAX_DYNAMIC_SERIES {
+            stats
+                .rule(&format!("rl.detailed_v{i}"), true)
+                .total_hits
+                .increment(1);
+        }
+        stats.rule("rl.late", false).over_limit.increment(2);
+        stats.rule("rl.detailed_late", true).over_limit.increment(3);
+    });
+    let text = handle.render_stats();
+    assert!(
+        text.contains("ratelimit.service.rate_limit.rl.late.over_limit: 2\n"),
+        "the rule's own series exists"
+    );
+    assert!(
+        !text.contains("rl.detailed_late"),
+        "per-value series stay capped"
+    );
 }
 
 #[tokio::test]
