@@ -1348,3 +1348,61 @@ async fn grpc_closes_silent_connections_and_caps_open_ones() {
         .expect("served");
     assert_eq!(r.overall_code, OK);
 }
+
+/// The process's peak resident memory (`VmHWM`), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmHWM")
+        * 1024
+}
+
+/// A 1 MiB value aliased 1,999 times as descriptor values (a 1 MB file
+/// that expanded to 2 GB before) is refused, with the last good config
+/// kept, and what its aliases add to the peak memory is a small multiple
+/// of the file. The baseline is the same value loaded once without
+/// aliases, so the bound measured is the aliases' own.
+#[tokio::test]
+async fn an_alias_bomb_is_refused_within_a_small_multiple_of_its_size() {
+    let svc = start(&[]);
+    let value = "v".repeat(1 << 20);
+    let benign = format!(
+        "domain: benign\ndescriptors:\n  - key: k0\n    value: {value}\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n"
+    );
+    std::fs::write(svc.config_dir().join("benign.yaml"), &benign).expect("write");
+    assert!(svc.eventually(Duration::from_secs(20), || svc
+        .debug("/rlconfig")
+        .body
+        .contains("benign.")));
+    std::fs::remove_file(svc.config_dir().join("benign.yaml")).expect("remove");
+    assert!(svc.eventually(Duration::from_secs(20), || !svc
+        .debug("/rlconfig")
+        .body
+        .contains("benign.")));
+    let before = peak_rss(svc.pid());
+    let mut doc = format!(
+        "domain: bomb\ndescriptors:\n  - key: k0\n    value: &big {value}\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n"
+    );
+    for i in 1..2000 {
+        doc.push_str(&format!("  - key: k{i}\n    value: *big\n"));
+    }
+    std::fs::write(svc.config_dir().join("bomb.yaml"), &doc).expect("write");
+    assert!(svc.eventually(Duration::from_secs(20), || svc
+        .stat("ratelimit.service.config_load_error")
+        >= 1));
+    let grown = peak_rss(svc.pid()).saturating_sub(before);
+    println!(
+        "alias bomb of {} bytes: peak RSS grew by {grown} bytes",
+        doc.len()
+    );
+    assert!(
+        grown < 24 * doc.len() as u64,
+        "peak grew by {grown} bytes for a {} byte file",
+        doc.len()
+    );
+    let body = svc.debug("/rlconfig").body;
+    assert!(body.contains("test.") && !body.contains("bomb."), "{body}");
+}
