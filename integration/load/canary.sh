@@ -17,17 +17,9 @@ trap 'kill "$svc" 2>/dev/null || true; rm -rf "$work"' EXIT
 root="$work/runtime"
 mkdir -p "$root/ratelimit/config"
 cp integration/load/config/bench.yaml "$root/ratelimit/config/"
-env -i PATH="$PATH" USE_STATSD=false RUNTIME_ROOT="$root" RUNTIME_SUBDIRECTORY=ratelimit \
-    RUNTIME_WATCH_ROOT=false HOST=127.0.0.1 PORT=0 DEBUG_HOST=127.0.0.1 DEBUG_PORT=0 \
-    GRPC_HOST=127.0.0.1 GRPC_PORT=0 BACKEND_TYPE=memory "$SERVICE" 2>"$work/svc.log" &
-svc=$!
-grpc=""
-for _ in $(seq 100); do
-    grpc=$(sed -n "s/.*Listening for gRPC on '\([^']*\)'.*/\1/p" "$work/svc.log")
-    [ -n "$grpc" ] && break
-    sleep 0.1
-done
-[ -n "$grpc" ] || { cat "$work/svc.log" >&2; exit 1; }
+svc_cpu=()
+. integration/load/service.sh
+start_service BACKEND_TYPE=memory
 python3 integration/load/h2load_body.py "$work/big.bin" bench key big "$N"
 canary() {
     target/release/ratelimit-bench run --target "$grpc" --connections 1 --concurrency 1 \
