@@ -111,7 +111,7 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    /// An empty plan under `policy`.
+    /// An empty plan; [`Plan::settle`] sets its policy.
     pub(crate) fn new() -> Plan {
         Plan {
             work: Work::default(),

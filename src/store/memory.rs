@@ -339,7 +339,7 @@ impl MemoryStore {
                     if let Some(t) = taken.get_mut(i) {
                         *t = hits > 0 && after <= w.limit;
                     }
-                    results.push((counter_decision(w, after, now_secs), after, after));
+                    results.push((w.decision(after, now_secs), after, after));
                 }
                 Limit::Window(w) => {
                     let limiter = original_window(w)?;
@@ -422,23 +422,6 @@ impl MemoryStore {
             })
             .collect();
         Ok(Reply { answers, committed })
-    }
-}
-
-/// A counter's decision from its value after: admitted iff within its
-/// limit; either way the window's end is the reset.
-pub(crate) fn counter_decision(w: &OriginalWindow, after: u64, now_secs: u64) -> Decision {
-    let reset = Duration::from_secs(w.window.reset_after(now_secs).max(1));
-    if after <= w.limit {
-        Decision::Allow {
-            remaining: w.limit - after,
-            reset_after: reset,
-        }
-    } else {
-        Decision::Deny {
-            retry_after: reset,
-            reset_after: reset,
-        }
     }
 }
 

@@ -46,6 +46,26 @@ pub struct OriginalWindow {
     pub ttl_seconds: u64,
 }
 
+impl OriginalWindow {
+    /// A counter's decision from its value `after` the increment: admitted
+    /// iff within the limit; either way the window's end is the reset (at
+    /// least 1 s).
+    pub fn decision(&self, after: u64, now_secs: u64) -> Decision {
+        let reset = Duration::from_secs(self.window.reset_after(now_secs).max(1));
+        if after <= self.limit {
+            Decision::Allow {
+                remaining: self.limit - after,
+                reset_after: reset,
+            }
+        } else {
+            Decision::Deny {
+                retry_after: reset,
+                reset_after: reset,
+            }
+        }
+    }
+}
+
 /// What decides one [`Item`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Limit {

@@ -36,7 +36,6 @@ use async_trait::async_trait;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
-use super::memory::counter_decision;
 use super::tls::ClientTls;
 use super::{
     Answer, Decided, Item, Limit, NodeId, Placement, ReferenceStep, Reply, Store, StoreError,
@@ -400,7 +399,7 @@ fn counted(item: &Item, before: u64) -> Answer {
     let after = before.saturating_add(item.cost);
     let now = crate::limiter::Clock::now(&crate::limiter::SystemClock);
     let decision = match item.limit.original_window() {
-        Some(w) => counter_decision(w, after, now.as_secs()),
+        Some(w) => w.decision(after, now.as_secs()),
         None => crate::limiter::Decision::Allow {
             remaining: 0,
             reset_after: Duration::ZERO,

@@ -56,7 +56,6 @@ use tokio::time::Instant;
 
 use super::{coalesce, int, until, Backend, RedisStore};
 use crate::limiter::Decision;
-use crate::store::memory::counter_decision;
 use crate::store::{Answer, Decided, Item, Limit, Policy, Reply, StoreError, StoreErrorKind, Work};
 
 /// Fields per item in ARGV, and per counter in a compact group.
@@ -254,7 +253,7 @@ fn decided(c: &Item, row: &[i64], now_us: i64) -> Decided {
         };
         let value = row[0].max(0).unsigned_abs();
         return Decided {
-            decision: counter_decision(w, value, at.as_secs()),
+            decision: w.decision(value, at.as_secs()),
             count: value,
             at,
         };
@@ -339,7 +338,7 @@ pub(super) async fn execute(store: &RedisStore, work: &Work, deadline: Option<In
     let (mode, taken_at) = match work.policy {
         Policy::Commit => ("commit", 0),
         Policy::CommitStopping if counters_span_parts(&parts) => {
-            stop_across_parts(store, &parts, &nonce, &mut costs, deadline).await;
+            stop_across_parts(store, items, &parts, &nonce, &mut costs, deadline).await;
             ("commit", 0)
         }
         Policy::CommitStopping => ("stop", 0),
@@ -437,6 +436,7 @@ fn counters_span_parts(parts: &[Part<'_>]) -> bool {
 /// own.
 async fn stop_across_parts(
     store: &RedisStore,
+    items: &[Item],
     parts: &[Part<'_>],
     nonce: &str,
     costs: &mut [u64],
@@ -461,14 +461,14 @@ async fn stop_across_parts(
     for (only, reply) in futures::future::join_all(reads).await {
         let Ok(values) = reply else { continue };
         for (&i, value) in only.iter().zip(values.iter().skip(2)) {
-            if let (Limit::Counter(w), Ok(v)) = (&parts[0].items[i].limit, u64::try_from(*value)) {
+            if let (Limit::Counter(w), Ok(v)) = (&items[i].limit, u64::try_from(*value)) {
                 exceeds[i] = v.saturating_add(costs[i]) > w.limit;
             }
         }
     }
     if exceeds.iter().any(|&e| e) {
         for (i, cost) in costs.iter_mut().enumerate() {
-            if !exceeds[i] && matches!(parts[0].items[i].limit, Limit::Counter(_)) {
+            if !exceeds[i] && matches!(items[i].limit, Limit::Counter(_)) {
                 *cost = 0;
             }
         }
