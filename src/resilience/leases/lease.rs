@@ -1,21 +1,33 @@
 //! Token leasing, the pure part: how big a batch to take for a key, how
-//! long it lives, and spending it. The layer that takes and returns
-//! batches through the store is [`super::Leases`].
+//! soon to take the next one when the store is short, how long a lease
+//! lives, and spending it. The layer that takes and returns batches through
+//! the store is [`super::Leases`].
 //!
 //! # The bound
 //!
 //! A batch is taken from the store in one atomic admission of `batch`
 //! tokens, as one request of that cost would be, so what a fleet admits
-//! never exceeds the limit: every token spent from a lease was admitted by
-//! the store first. What leasing costs is the other direction: tokens that
-//! sit unspent in some instance's lease are not available to the others.
-//! At any instant that is at most `instances × largest batch`, and the
+//! never exceeds the algorithm's own bound (a fixed window's limit per
+//! window, a token bucket's burst + rate × elapsed, a sliding window's
+//! estimate): every token spent from a lease was admitted by the store
+//! first. What leasing costs is the other direction, and it is bounded by
+//! `instances × largest batch` per window or refill period, where the
 //! largest batch is `⌊LEASE_MAX_SHARE × capacity⌋` of the limit (of a
-//! sub-bucket, if sharded). Unspent tokens go back to the store when a lease
-//! ends (after `LEASE_TTL`, at the end of the window or refill period it was
-//! taken from, whichever is first) and on shutdown; an instance killed with
-//! SIGKILL strands at most its batch until the window ends or the bucket
-//! refills.
+//! sub-bucket, if sharded):
+//! - tokens that sit unspent in some instance's lease are not available to
+//!   the others. They go back to the store when a lease ends (after
+//!   `LEASE_TTL`, at the end of the window or refill period it was taken
+//!   from, whichever is first) and on shutdown; an instance killed with
+//!   SIGKILL strands at most its batch until the window ends or the bucket
+//!   refills;
+//! - a take is all or nothing, so a key whose store has less than a batch
+//!   left refuses locally until the store says a batch can be granted
+//!   (the retry of the refused take): at most a batch per instance is left
+//!   unclaimed that way;
+//! - while the store is short ([`next_take`]), an instance takes at the
+//!   pace of what it was granted, so the fleet's takes follow the refill
+//!   instead of racing for every token. A store that gathers a batch to
+//!   spare ends the pacing on the next take.
 
 use std::time::Duration;
 
@@ -51,20 +63,23 @@ impl Default for LeaseOptions {
 impl LeaseOptions {
     /// The batch to take for a key decided `rate` times a second on this
     /// instance, for a request of `cost`, under a limit of `capacity`:
-    /// `rate × duration × cost`, at most `⌊max_share × capacity⌋` and at
-    /// most `room` (what the store last said it had left, if known).
-    /// `None` when the key is cold (`rate < min_rate`) or the batch would
-    /// not cover more than this one request.
-    pub fn batch(&self, rate: u64, cost: u64, capacity: u64, room: Option<u64>) -> Option<u64> {
+    /// `rate × duration × cost`, at most `⌊max_share × capacity⌋`; the
+    /// largest batch when the store is `short` (the key is in overload:
+    /// whatever is granted is spent at once, so a larger batch costs no
+    /// unspent tokens, only fewer store calls). `None` when the key is cold
+    /// (`rate < min_rate`) or the batch would not cover more than this one
+    /// request.
+    pub fn batch(&self, rate: u64, cost: u64, capacity: u64, short: bool) -> Option<u64> {
         if rate < self.min_rate || cost == 0 {
             return None;
         }
-        let want = (rate as f64 * self.duration.as_secs_f64()).ceil() as u64;
         let most = self.largest_batch(capacity);
-        let batch = want
-            .saturating_mul(cost)
-            .min(most)
-            .min(room.unwrap_or(u64::MAX));
+        let want = (rate as f64 * self.duration.as_secs_f64()).ceil() as u64;
+        let batch = if short {
+            most
+        } else {
+            want.saturating_mul(cost).min(most)
+        };
         (batch > cost).then_some(batch)
     }
 
@@ -93,6 +108,25 @@ pub fn taken_until(limiter: &Limiter, at: Duration) -> Duration {
             )
         }
     }
+}
+
+/// When an instance that took its last batch at `last_take` may take a
+/// batch of `batch` tokens again while the store is short, having been
+/// granted `granted_rate` tokens a second: after `batch / granted_rate`,
+/// the time its own share of the refill takes to gather a batch, and never
+/// later than `ttl` after the last take (so that an instance the others
+/// crowded out still asks at least that often). An instance granted
+/// nothing yet is not paced: the store's retry alone decides.
+///
+/// Paced so, instances whose grants add up to the refill take a batch each
+/// when one has gathered for them, one store call a batch, instead of all
+/// asking whenever the key refills a little.
+pub fn next_take(last_take: Duration, batch: u64, granted_rate: u64, ttl: Duration) -> Duration {
+    if granted_rate == 0 {
+        return last_take;
+    }
+    let pace = Duration::from_secs_f64(batch as f64 / granted_rate as f64).min(ttl);
+    last_take + pace
 }
 
 /// Tokens this instance holds for one key. Times are of the local clock,
@@ -172,28 +206,40 @@ mod tests {
     #[test]
     fn the_defaults_lease_a_key_seen_500_times_a_second() {
         let o = LeaseOptions::default();
-        assert_eq!(o.batch(500, 1, 100_000, None), Some(50));
-        assert_eq!(o.batch(99, 1, 100_000, None), None, "cold");
+        assert_eq!(o.batch(500, 1, 100_000, false), Some(50));
+        assert_eq!(o.batch(99, 1, 100_000, false), None, "cold");
         assert_eq!(
-            o.batch(500, 1, 200, None),
+            o.batch(500, 1, 200, false),
             Some(10),
             "at most 5 % of the limit"
         );
         assert_eq!(
-            o.batch(500, 1, 20, None),
+            o.batch(500, 1, 20, false),
             None,
             "a batch of one is no lease"
         );
         assert_eq!(
-            o.batch(500, 1, 100_000, Some(7)),
-            Some(7),
-            "not above the room left"
-        );
-        assert_eq!(
-            o.batch(500, 3, 100_000, None),
+            o.batch(500, 3, 100_000, false),
             Some(150),
             "weighted requests"
         );
+        assert_eq!(
+            o.batch(500, 1, 100_000, true),
+            Some(5_000),
+            "in overload, the largest"
+        );
+        assert_eq!(o.batch(99, 1, 100_000, true), None, "still cold");
+    }
+
+    #[test]
+    fn a_short_store_is_asked_at_the_pace_of_what_it_granted() {
+        let at = 100 * S;
+        // Granted 100 tokens a second: a batch of 10 every 100 ms.
+        assert_eq!(next_take(at, 10, 100, S), at + S / 10);
+        // Crowded out (1 token a second): still once a LEASE_TTL.
+        assert_eq!(next_take(at, 10, 1, S), at + S);
+        // Granted nothing yet: the store's retry alone decides.
+        assert_eq!(next_take(at, 10, 0, S), at);
     }
 
     #[test]
@@ -241,13 +287,23 @@ mod tests {
 
         /// The batch is within its bounds for every input.
         #[test]
-        fn batches_stay_within_the_share(rate in 0u64..1_000_000, cost in 0u64..10, capacity in 0u64..10_000_000, room in prop::option::of(0u64..100_000)) {
+        fn batches_stay_within_the_share(rate in 0u64..1_000_000, cost in 0u64..10, capacity in 0u64..10_000_000, short: bool) {
             let o = LeaseOptions::default();
-            if let Some(b) = o.batch(rate, cost, capacity, room) {
+            if let Some(b) = o.batch(rate, cost, capacity, short) {
                 prop_assert!(b > cost && b <= o.largest_batch(capacity));
-                prop_assert!(room.is_none_or(|r| b <= r));
                 prop_assert!(rate >= o.min_rate);
             }
+        }
+
+        /// The pace never waits past `ttl`, and a higher grant never waits
+        /// longer.
+        #[test]
+        fn the_pace_is_bounded_and_monotone(batch in 1u64..10_000, rate in 1u64..100_000, more in 0u64..1_000) {
+            let at = 100 * S;
+            let slow = next_take(at, batch, rate, S);
+            let fast = next_take(at, batch, rate + more, S);
+            prop_assert!(slow >= at && slow <= at + S);
+            prop_assert!(fast <= slow);
         }
     }
 }

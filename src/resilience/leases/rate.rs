@@ -1,5 +1,5 @@
-//! [`RateMeter`]: how many decisions per second one instance sees for one
-//! key, in O(1) space, on an injected clock.
+//! [`RateMeter`]: how many decisions (or tokens) per second one instance
+//! sees for one key, in O(1) space, on an injected clock.
 
 use std::time::Duration;
 
@@ -20,8 +20,13 @@ pub struct RateMeter {
 impl RateMeter {
     /// Counts one decision at `now`.
     pub fn record(&mut self, now: Duration) {
+        self.add(now, 1);
+    }
+
+    /// Counts `n` at `now` (the tokens of a grant).
+    pub fn add(&mut self, now: Duration, n: u64) {
         self.roll(now);
-        self.current += 1;
+        self.current = self.current.saturating_add(n);
     }
 
     /// Decisions per second at `now` (see the type's doc).
