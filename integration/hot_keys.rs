@@ -11,7 +11,11 @@
 //!   largest batch;
 //! - SIGTERM returns the unspent lease: the store then holds exactly what
 //!   was admitted; SIGKILL strands at most one batch;
-//! - `/hotkeys` names the hot descriptor, with its rate and its lease.
+//! - `/hotkeys` names the hot descriptor, with its rate and its lease;
+//! - a leased key in overload (the accuracy harness's overload patterns,
+//!   1.5x and 5x its limit, every leasable algorithm, on a single Redis and
+//!   on the cluster) costs at most 0.1 script calls per decision and keeps
+//!   the algorithm's bound.
 
 mod support;
 
@@ -19,8 +23,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::accuracy::redis_env;
-use support::redis::RedisCluster;
+use support::accuracy::{check_overload, overload, redis_env, rules, LEASABLE};
+use support::redis::{RedisCluster, RedisServer};
 use support::*;
 
 const OK: i32 = 1;
@@ -48,13 +52,24 @@ fn instances(cluster: &RedisCluster, n: usize, extra: &[(&str, &str)]) -> Vec<Se
         .collect()
 }
 
-/// Script calls (EVALSHA) of each primary, by port.
-fn script_calls(cluster: &RedisCluster) -> Vec<(u16, u64)> {
-    cluster
-        .primaries()
+/// The ports of addresses `host:port`.
+fn ports(addrs: &[String]) -> Vec<u16> {
+    addrs
         .iter()
         .filter_map(|a| a.rsplit_once(':').and_then(|(_, p)| p.parse().ok()))
-        .map(|port: u16| {
+        .collect()
+}
+
+/// Script calls (EVALSHA) of each primary, by port.
+fn script_calls(cluster: &RedisCluster) -> Vec<(u16, u64)> {
+    script_calls_of(&ports(&cluster.primaries()))
+}
+
+/// Script calls (EVALSHA and EVAL) of each server of `ports`.
+fn script_calls_of(ports: &[u16]) -> Vec<(u16, u64)> {
+    ports
+        .iter()
+        .map(|&port| {
             let info = support::redis::redis_cli(port, &["info", "commandstats"]).text();
             let calls = ["evalsha", "eval"]
                 .iter()
@@ -72,10 +87,12 @@ fn script_calls(cluster: &RedisCluster) -> Vec<(u16, u64)> {
 }
 
 fn reset_stats(cluster: &RedisCluster) {
-    for a in cluster.primaries() {
-        if let Some(port) = a.rsplit_once(':').and_then(|(_, p)| p.parse().ok()) {
-            support::redis::redis_cli(port, &["config", "resetstat"]);
-        }
+    reset_stats_of(&ports(&cluster.primaries()));
+}
+
+fn reset_stats_of(ports: &[u16]) {
+    for &port in ports {
+        support::redis::redis_cli(port, &["config", "resetstat"]);
     }
 }
 
@@ -228,4 +245,58 @@ async fn sigterm_returns_leases_and_sigkill_strands_at_most_a_batch() {
         }
         svcs.clear();
     }
+}
+
+/// Every leasable algorithm's overload patterns (1.5x and 5x the limit) on
+/// two instances of `env` whose primaries are `primaries`: admitted within
+/// the bound, and at most 0.1 script calls per decision after the warm-up
+/// (refunds of ended leases included). Prints the harness rows and the
+/// calls.
+async fn overload_on(store: &str, env: Vec<(&'static str, String)>, primaries: &[u16]) {
+    let rules = rules();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let svcs: Vec<Service> = (0..2)
+        .map(|_| Service::start(&[("rules.yaml", &rules)], &env))
+        .collect();
+    println!("{}", support::accuracy::header());
+    let mut worst: f64 = 0.0;
+    for a in LEASABLE {
+        for factor in [1.5, 5.0] {
+            let (o, decisions) =
+                overload(store, &svcs, a, factor, || reset_stats_of(primaries)).await;
+            let calls: u64 = script_calls_of(primaries).iter().map(|c| c.1).sum();
+            let per = calls as f64 / decisions as f64;
+            worst = worst.max(per);
+            println!(
+                "{} {calls} script calls for {decisions} decisions after the warm-up: {per:.4}",
+                o.row()
+            );
+            check_overload(&o, svcs.len());
+            assert!(
+                per <= 0.1,
+                "{per:.4} script calls per decision: {}",
+                o.row()
+            );
+        }
+    }
+    println!("{store}: at most {worst:.4} script calls per decision");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_key_in_overload_costs_a_script_call_per_batch_on_a_single_redis() {
+    let server = RedisServer::start();
+    let port = ports(&[server.addr()]);
+    overload_on("redis", redis_env("single", server.addr()), &port).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_key_in_overload_costs_a_script_call_per_batch_on_the_cluster() {
+    let cluster = RedisCluster::start();
+    let primaries = ports(&cluster.primaries());
+    overload_on(
+        "cluster",
+        redis_env("cluster", cluster.seeds().join(",")),
+        &primaries,
+    )
+    .await;
 }

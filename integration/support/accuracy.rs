@@ -26,7 +26,12 @@
 //!   has room);
 //! - `leased`: 300 requests on a `lease: true` limit of 100 per hour: never
 //!   above 100, and at most instances × largest batch (5 % of the limit)
-//!   below it.
+//!   below it;
+//! - `overload 1.5x` / `overload 5x` ([`overload`]): a `lease: true` limit
+//!   of 200 per second (token bucket: burst 400) offered 1.5 or 5 times
+//!   that, paced, for 6 s, over the instances: never above the
+//!   algorithm's own bound, at most instances × largest batch per second
+//!   below its ideal; the caller measures the store calls.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -52,11 +57,15 @@ pub const MAX_INSTANCES: u64 = 4;
 /// The local floor (`fallback_requests_per_unit`) of the outage pattern's
 /// rule, `down` (100 per hour, `failure_mode: open`).
 pub const FLOOR: u64 = 10;
+/// Requests per second of the overload patterns' rule, `over` (`lease:
+/// true`; a token bucket's burst is twice it).
+pub const OVER_LIMIT: u64 = 200;
 
 /// The rules: per algorithm `alg=<name>`, then `run=<anything>` (10 per
 /// second), `hot=<anything>` (100 per hour), `sharded=<anything>` and
 /// `leased=<anything>` (100 per hour with `shards: 4`, or `lease: true`
-/// but on the exact log), or `down=<anything>` (100 per
+/// but on the exact log), `over=<anything>` ([`OVER_LIMIT`] per second,
+/// `lease: true`, not on the exact log), or `down=<anything>` (100 per
 /// hour, failing open to a floor of [`FLOOR`]). The fixed window is the
 /// original's (no extension key), as users get it by default.
 pub fn rules() -> String {
@@ -74,6 +83,14 @@ pub fn rules() -> String {
         if a != AlgorithmName::SlidingLog {
             out.push_str(&format!(
                 "      - key: leased\n        rate_limit: {{unit: hour, requests_per_unit: {HOT_LIMIT}{extra}, lease: true}}\n"
+            ));
+            let burst = if a == AlgorithmName::TokenBucket {
+                format!(", burst: {}", 2 * OVER_LIMIT)
+            } else {
+                String::new()
+            };
+            out.push_str(&format!(
+                "      - key: over\n        rate_limit: {{unit: second, requests_per_unit: {OVER_LIMIT}{extra}{burst}, lease: true}}\n"
             ));
         }
     }
@@ -372,6 +389,144 @@ async fn spread(
         t.await.expect("caller");
     }
     admitted.load(Ordering::SeqCst)
+}
+
+/// The leasable algorithms.
+pub const LEASABLE: [AlgorithmName; 3] = [
+    AlgorithmName::FixedWindow,
+    AlgorithmName::SlidingWindow,
+    AlgorithmName::TokenBucket,
+];
+
+/// How long an overload pattern offers its load; the first second is its
+/// warm-up (the key turns hot).
+pub const OVERLOAD_SPAN: Duration = Duration::from_secs(6);
+
+/// Requests on one fresh value of the `over` rule of `algorithm`, offered
+/// at `factor` × [`OVER_LIMIT`] per second, evenly spaced, for
+/// [`OVERLOAD_SPAN`], from 64 callers over `instances` (the i-th on
+/// instance i mod n). `after_warm_up` runs once, one second in (the caller
+/// resets its store-call count there). Returns the outcome, whose ideal is
+/// the algorithm's model replayed on the request times, and the decisions
+/// made after the warm-up.
+pub async fn overload(
+    store: &str,
+    instances: &[Service],
+    algorithm: AlgorithmName,
+    factor: f64,
+    after_warm_up: impl FnOnce(),
+) -> (Outcome, u64) {
+    let mut clients = Vec::new();
+    for svc in instances {
+        clients.push(svc.client().await);
+    }
+    let value = format!("{:x}", rand_u64());
+    let rate = (factor * OVER_LIMIT as f64) as u64;
+    let gap = Duration::from_secs(1) / rate as u32;
+    let total = rate * OVERLOAD_SPAN.as_secs();
+    // Whole seconds, so that windows and the model line up.
+    let start = Duration::from_secs(now().as_secs() + 1);
+    let warm_end = start + Duration::from_secs(1);
+    let next = Arc::new(AtomicU64::new(0));
+    let results = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let mut client = clients[i % clients.len()].clone();
+            let (next, results, value) = (Arc::clone(&next), Arc::clone(&results), value.clone());
+            tokio::spawn(async move {
+                loop {
+                    let n = next.fetch_add(1, Ordering::SeqCst);
+                    if n >= total {
+                        break;
+                    }
+                    until(start + gap * n as u32).await;
+                    let r = one(&mut client, algorithm, "over", &value).await;
+                    results.lock().expect("results").push(r);
+                }
+            })
+        })
+        .collect();
+    until(warm_end).await;
+    after_warm_up();
+    for t in tasks {
+        t.await.expect("caller");
+    }
+    let mut results = std::mem::take(&mut *results.lock().expect("results"));
+    results.sort_by_key(|r| r.1);
+    let after = results.iter().filter(|r| r.1 >= warm_end).count() as u64;
+    let times: Vec<Duration> = results.iter().map(|r| r.1).collect();
+    let limiter = over_model(algorithm);
+    let pattern = if factor < 2.0 {
+        "overload 1.5x"
+    } else {
+        "overload 5x"
+    };
+    let outcome = Outcome {
+        store: store.to_string(),
+        algorithm,
+        pattern,
+        sent: results.len() as u64,
+        admitted: results.iter().filter(|r| r.0).count() as u64,
+        ideal: count(&replay(&limiter, &times)),
+        exact_log: count(&replay(
+            &SlidingLog::new(OVER_LIMIT, Duration::from_secs(1)).expect("valid"),
+            &times,
+        )),
+        trace: results.iter().map(|&(ok, at)| (at, ok, false)).collect(),
+    };
+    (outcome, after)
+}
+
+/// The `over` rule's model.
+fn over_model(algorithm: AlgorithmName) -> Limiter {
+    let burst = (algorithm == AlgorithmName::TokenBucket).then_some(2 * OVER_LIMIT);
+    Limiter::new(algorithm, OVER_LIMIT, Duration::from_secs(1), burst).expect("valid model")
+}
+
+/// The overload patterns' bound, asserted on `o` from `instances`:
+/// - never above the algorithm's own: a fixed or sliding window admits at
+///   most the limit in any window of the clock (the sliding window's
+///   count is at most the limit), a token bucket at most burst + rate ×
+///   elapsed since the first request;
+/// - below the model replayed on the same times by at most instances ×
+///   largest batch per second of the pattern, plus one request per
+///   second decided within a round trip of an edge.
+pub fn check_overload(o: &Outcome, instances: usize) {
+    let what = o.row();
+    let model = over_model(o.algorithm);
+    let admitted: Vec<Duration> = o.trace.iter().filter(|r| r.1).map(|r| r.0).collect();
+    // One request per edge may be decided on the other side of it than
+    // its round trip's midpoint says.
+    let edges = OVERLOAD_SPAN.as_secs() + 1;
+    if o.algorithm == AlgorithmName::TokenBucket {
+        let first = o.trace.first().map_or(Duration::ZERO, |r| r.0);
+        for (n, t) in admitted.iter().enumerate() {
+            let refilled = ((*t - first).as_secs_f64() * OVER_LIMIT as f64).ceil() as u64;
+            assert!(
+                (n as u64) < model.capacity() + refilled + edges,
+                "burst + rate × elapsed at {t:?}: {what}"
+            );
+        }
+    } else {
+        let mut per = std::collections::HashMap::<u64, u64>::new();
+        for t in &admitted {
+            *per.entry(t.as_secs()).or_default() += 1;
+        }
+        let most = per.values().copied().max().unwrap_or(0);
+        assert!(most <= OVER_LIMIT + 2, "{most} in one window: {what}");
+    }
+    let largest_batch = OVER_LIMIT
+        * if o.algorithm == AlgorithmName::TokenBucket {
+            2
+        } else {
+            1
+        }
+        / 20;
+    let slack = instances as u64 * largest_batch * OVERLOAD_SPAN.as_secs() + edges;
+    assert!(
+        o.admitted + slack >= o.ideal,
+        "within instances × batch per second: {what}"
+    );
 }
 
 /// The outage pattern for every algorithm, on `instances` whose Redis
