@@ -17,6 +17,12 @@
 # the primaries from INFO commandstats, over the decisions the service
 # counted, warm-up included), the calls per primary, and req/s as a share
 # of the memory row.
+#
+# Then overload: one hot descriptor offered 5x its limit (--rps 10000
+# against 2,000 per second, open loop), per leasable algorithm, plain
+# against `lease: true` (bench_overload*.yaml): req/s, p50, p99, script
+# calls per decision, and admitted (ok) against the model's limit ×
+# duration (the warm-up spends a token bucket's burst).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DURATION=${1:-5s}
@@ -32,7 +38,9 @@ primaries=$(redis-cli -p "${cports[0]}" cluster nodes | awk 'NF >= 9 {split($2, 
 root="$work/runtime"
 mkdir -p "$root/ratelimit/config"
 cp integration/load/config/bench.yaml integration/load/config/bench_sharded.yaml \
-    integration/load/config/bench_leased.yaml integration/load/config/bench_fw.yaml "$root/ratelimit/config/"
+    integration/load/config/bench_leased.yaml integration/load/config/bench_fw.yaml \
+    integration/load/config/bench_overload.yaml integration/load/config/bench_overload_leased.yaml \
+    "$root/ratelimit/config/"
 . integration/load/service.sh
 
 script_calls() { # the EVALSHA calls of each primary, space-separated
@@ -78,4 +86,30 @@ for r in "plain bench" "script bench_fw" "shards bench_sharded" "lease bench_lea
     reset
     row "cluster $1" "$2"
     kill "$svc"; wait "$svc" 2>/dev/null || true
+done
+
+OVER_LIMIT=2000
+OVER_RPS=$((5 * OVER_LIMIT))
+echo "=== one hot descriptor offered 5x its limit: --rps $OVER_RPS against $OVER_LIMIT/s; $DURATION per row"
+secs=$(python3 -c "import re,sys; s=sys.argv[1]; print(float(re.sub('s$','',s)) if s.endswith('s') and not s.endswith('ms') else 0)" "$DURATION")
+for alg in fixed_window sliding_window token_bucket; do
+    for r in "plain bench_overload" "lease bench_overload_leased"; do
+        set -- $r
+        start_service BACKEND_TYPE=redis REDIS_TYPE=cluster REDIS_URL="$url"
+        reset
+        out=$(target/release/ratelimit-bench run --target "$grpc" --connections "$CONNS" --concurrency "$CONC" \
+            --duration "$DURATION" --warmup 1s --rps "$OVER_RPS" --descriptors 1 --entries "$alg" --keys hot \
+            --domain "$2" | tail -1)
+        debug=$(sed -n "s/.*Listening for debug on '\([^']*\)'.*/\1/p" "$work/svc.log")
+        hits=$(curl -s "http://$debug/stats" | sed -n "s/^ratelimit.service.rate_limit.$2.$alg.total_hits: //p")
+        total=$(script_calls | tr ' ' '\n' | awk '{s+=$1} END {print s}')
+        echo "$alg $1 $(echo "$out" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+model = float(sys.argv[1]) * float(sys.argv[2])
+print("rps=%d p50_us=%d p99_us=%d errors=%d ok=%d model=%d ok_vs_model=%.3f" % (
+    d["rps"], d["p50_us"], d["p99_us"], d["errors"], d["ok"], model, d["ok"] / model))' "$OVER_LIMIT" "$secs") \
+calls_per_decision=$(python3 -c "print('%.4f' % ($total / max(1, ${hits:-0})))")"
+        kill "$svc"; wait "$svc" 2>/dev/null || true
+    done
 done
