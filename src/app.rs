@@ -11,6 +11,9 @@
 //! after which remaining connections (health `Watch` streams included) are
 //! cut.
 
+use crate::quota::QuotaOptions;
+use crate::service::rlqs::QuotaService;
+use crate::store::board::{DemandBoard, MemoryBoard};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -221,13 +224,33 @@ pub async fn run(
 
     // One signal fans out to every server.
     let (stop_tx, stop_rx) = watch::channel(false);
+    // RLQS streams are told at the signal, before the drain.
+    let (stopping_tx, stopping_rx) = watch::channel(false);
+    let quota = QuotaService::new(
+        engine.config().clone(),
+        Arc::clone(engine.stats()),
+        Arc::clone(&built.board),
+        QuotaOptions {
+            ttl: settings.quota.assignment_ttl,
+            idle: settings.quota.idle_timeout,
+            ..QuotaOptions::default()
+        },
+        stopping_rx,
+    );
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|&s| s).await;
     };
 
     let router = {
         let (l, engine) = (l.clone(), Arc::clone(&engine));
-        Arc::new(move || grpc_router(&l, Arc::clone(&engine), health_service.clone()))
+        Arc::new(move || {
+            grpc_router(
+                &l,
+                Arc::clone(&engine),
+                quota.clone(),
+                health_service.clone(),
+            )
+        })
     };
     let (grpc_task, _cert_watch) = serve_grpc(
         router,
@@ -271,6 +294,7 @@ pub async fn run(
 
     let signal = shutdown.await;
     tracing::warn!("shutting down ({signal:?})");
+    let _ = stopping_tx.send(true);
     if signal == Signal::Terminate {
         health.set(Component::Sigterm, false).await;
         tokio::time::sleep(timings.drain).await;
@@ -546,6 +570,7 @@ impl Listeners {
 fn grpc_router(
     l: &crate::settings::ListenerSettings,
     engine: Arc<Engine>,
+    quota: QuotaService,
     health_service: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
     >,
@@ -558,6 +583,7 @@ fn grpc_router(
         .max_concurrent_streams(Some(l.grpc_max_concurrent_streams))
         .layer(crate::service::grpc_metrics::GrpcMetricsLayer)
         .add_service(RlsServer::new(engine, MAX_GRPC_MESSAGE))
+        .add_service(quota.server(MAX_GRPC_MESSAGE))
         .add_service(health_service)
 }
 
@@ -702,6 +728,9 @@ struct BuiltStore {
     leases: Option<Arc<Leases<Arc<dyn Store>>>>,
     /// Where the store keeps a key.
     placement: Arc<dyn Placement>,
+    /// Where RLQS shares demand: the Redis deployment's, or this
+    /// instance's own.
+    board: Arc<dyn DemandBoard>,
     _sweeper: Option<SweeperGuard>,
     _wrapped: Option<resilience::Wrapped>,
     /// `MEMCACHE_SRV_REFRESH`'s task.
@@ -714,6 +743,7 @@ impl BuiltStore {
     fn wrapped(
         store: impl Store + 'static,
         placement: Arc<dyn Placement>,
+        board: Arc<dyn DemandBoard>,
         settings: &Settings,
         clock: &Arc<dyn Clock>,
         leased: bool,
@@ -727,6 +757,7 @@ impl BuiltStore {
         BuiltStore {
             store: Arc::clone(&wrapped.store),
             placement,
+            board,
             leases: leased.then(|| Arc::clone(&wrapped.leases)),
             _sweeper: None,
             _wrapped: Some(wrapped),
@@ -748,6 +779,7 @@ async fn build_store(
             BuiltStore {
                 store,
                 placement: Arc::new(InProcess),
+                board: Arc::new(MemoryBoard::new(Arc::clone(clock))),
                 leases: None,
                 _sweeper: Some(sweeper),
                 _wrapped: None,
@@ -805,7 +837,8 @@ async fn build_store(
                 }));
             }
             let placement = store.placement();
-            BuiltStore::wrapped(store, placement, settings, clock, true)
+            let board = Arc::new(store.board());
+            BuiltStore::wrapped(store, placement, board, settings, clock, true)
         }
         BackendType::Memcache => {
             if settings.limiter.all_or_nothing {
@@ -843,7 +876,9 @@ async fn build_store(
             });
             // Memcache has no atomic take: nothing is leased.
             let placement = store.placement();
-            let mut built = BuiltStore::wrapped(store, placement, settings, clock, false);
+            // Memcache keeps no RLQS boards: each instance splits alone.
+            let board = Arc::new(MemoryBoard::new(Arc::clone(clock)));
+            let mut built = BuiltStore::wrapped(store, placement, board, settings, clock, false);
             built._refresh = refresh;
             built
         }

@@ -20,6 +20,8 @@
 //!   breaker, leases, fallback.
 //! - [`engine`]: the one call — a request's descriptors to one store work,
 //!   the statuses, the overall code, headers and dynamic metadata.
+//! - [`quota`]: RLQS — each rule's rate split between the Envoys that
+//!   enforce it themselves, by their reported demand.
 //! - [`hotkeys`]: detection of the keys that take most of the traffic.
 //! - [`audit`]: sampled decisions against each rule's exact contract.
 //! - [`metrics`]: every statistic under the original's names, and its
@@ -27,7 +29,7 @@
 //! - [`xds`]: the xDS config source, one ADS stream to a management
 //!   server (the network side of `CONFIG_TYPE=GRPC_XDS_SOTW`).
 //! - [`telemetry`]: OTLP tracing.
-//! - [`service`]: gRPC (`RateLimitService`, health), the HTTP and debug
+//! - [`service`]: gRPC (`RateLimitService`, `RateLimitQuotaService`, health), the HTTP and debug
 //!   ports, TLS; generated protobuf types stay in `service::rls`.
 //! - [`app`]: wiring and lifecycle; `main.rs` only reads settings, sets up
 //!   logging and signals, and calls [`app::run`].
@@ -47,6 +49,7 @@ pub mod hotkeys;
 pub mod limiter;
 pub mod logging;
 pub mod metrics;
+pub mod quota;
 pub mod resilience;
 pub mod service;
 pub mod settings;

@@ -8,6 +8,7 @@
 pub mod accuracy;
 pub mod certs;
 pub mod dns;
+pub mod envoy_quota;
 pub mod memcached;
 pub mod otlp;
 pub mod redis;

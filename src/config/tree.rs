@@ -349,6 +349,41 @@ impl DescriptorTree {
         }))
     }
 
+    /// The descriptor an RLQS bucket stands for: its `(key, value)` pairs in
+    /// the order the domain's tree asks for them. From the root, each level
+    /// takes the pair that one of its children matches (exact value, then
+    /// wildcard, then key-only, as [`DescriptorTree::find`] chooses; among
+    /// several pairs, the first by key), until no pair left matches or the
+    /// path reaches a leaf. Pairs the tree never asks for are not part of
+    /// it, so the bucket's rule is the one at the end of the longest path
+    /// its pairs make. `None` for an unknown domain.
+    pub fn bucket_entries(&self, domain: &str, pairs: &HashMap<&str, &str>) -> Option<Vec<Entry>> {
+        let mut node = self.domains.get(domain)?;
+        let mut left: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, *v)).collect();
+        left.sort_unstable();
+        let mut entries = Vec::new();
+        let mut probe = String::new();
+        loop {
+            let found = left.iter().enumerate().find_map(|(i, (k, v))| {
+                probe.clear();
+                probe.push_str(k);
+                probe.push('_');
+                probe.push_str(v);
+                node.choose(&probe, k).map(|(child, _)| (i, child))
+            });
+            let Some((i, child)) = found else {
+                break;
+            };
+            let (k, v) = left.remove(i);
+            entries.push(Entry::new(k, v));
+            if child.children.is_empty() {
+                break;
+            }
+            node = child;
+        }
+        Some(entries)
+    }
+
     /// Every node that has a limit, depth first, parents before children,
     /// domains in load order and siblings in document order.
     pub fn rules(&self) -> Vec<&RateLimitRule> {

@@ -1,4 +1,4 @@
-//! The network face: gRPC (`RateLimitService`, health), the main HTTP port
+//! The network face: gRPC (`RateLimitService`, `RateLimitQuotaService`, health), the main HTTP port
 //! and the debug port, each a thin adapter over the [`crate::engine`].
 
 pub mod admit;
@@ -10,5 +10,6 @@ pub mod health;
 pub mod http;
 pub mod http_server;
 pub mod json;
+pub mod rlqs;
 pub mod rls;
 pub mod tls;

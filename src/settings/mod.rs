@@ -75,6 +75,17 @@ pub struct Settings {
     pub audit: AuditSettings,
     /// How large a request may be (`REQUEST_MAX_*`, ours).
     pub request: RequestSettings,
+    /// RLQS (`RLQS_*`, ours).
+    pub quota: QuotaSettings,
+}
+
+/// RLQS, the rate limit quota service (ours).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QuotaSettings {
+    /// `RLQS_ASSIGNMENT_TTL`.
+    pub assignment_ttl: Duration,
+    /// `RLQS_IDLE_TIMEOUT`.
+    pub idle_timeout: Duration,
 }
 
 /// How large one request may be (ours).
@@ -987,6 +998,10 @@ impl Settings {
                 top_k: r.get(ENV_HOT_KEYS_TOP_K, |s| {
                     parse_count(s).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
                 }),
+            },
+            quota: QuotaSettings {
+                assignment_ttl: r.get(ENV_RLQS_ASSIGNMENT_TTL, parse_positive_duration),
+                idle_timeout: r.get(ENV_RLQS_IDLE_TIMEOUT, parse_positive_duration),
             },
             audit: AuditSettings {
                 sample: r.get(ENV_DECISION_AUDIT_SAMPLE, |s| {

@@ -129,6 +129,13 @@ pub const ENV_LEASE_DURATION: &str = "LEASE_DURATION";
 pub const ENV_LEASE_TTL: &str = "LEASE_TTL";
 /// The largest batch as a share of the limit, in (0, 1]. Ours; default `0.05`.
 pub const ENV_LEASE_MAX_SHARE: &str = "LEASE_MAX_SHARE";
+/// How long an RLQS assignment holds without a new report, and how long
+/// a silent Envoy's share stays taken. Ours; default `15s` (three of
+/// Envoy's 5 s reports).
+pub const ENV_RLQS_ASSIGNMENT_TTL: &str = "RLQS_ASSIGNMENT_TTL";
+/// An RLQS bucket reported without requests this long is abandoned. Ours;
+/// default `60s`.
+pub const ENV_RLQS_IDLE_TIMEOUT: &str = "RLQS_IDLE_TIMEOUT";
 /// How many of the busiest keys `/hotkeys` and the `ratelimit.hot_keys`
 /// gauges show; `0` turns detection off. Ours; default `16`.
 pub const ENV_HOT_KEYS_TOP_K: &str = "HOT_KEYS_TOP_K";
@@ -264,6 +271,18 @@ pub static EXTENSIONS: &[VarSpec] = &[
         name: ENV_LEASE_TTL,
         kind: Kind::Duration,
         default: "1s",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_RLQS_ASSIGNMENT_TTL,
+        kind: Kind::Duration,
+        default: "15s",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_RLQS_IDLE_TIMEOUT,
+        kind: Kind::Duration,
+        default: "60s",
         support: Support::Active,
     },
     VarSpec {

@@ -15,8 +15,11 @@
 //! - [`memory`]: the embedded store, in-process;
 //! - [`redis`]: Redis single, sentinel or cluster, shared by a fleet;
 //! - [`memcache`]: the original's fixed windows in memcached;
-//! - [`key`]: the byte-exact cache-key format shared with the original.
+//! - [`key`]: the byte-exact cache-key format shared with the original;
+//! - [`board`]: the demand boards RLQS splits each limit on (in memory, or
+//!   [`redis::board`] shared by a fleet).
 
+pub mod board;
 pub mod key;
 pub mod memcache;
 pub mod memory;

@@ -238,3 +238,53 @@ descriptors:
     assert_eq!(per_value("per_value", "x"), ("d.per_value_x".into(), true));
     assert_eq!(per_value("detailed", "x"), ("d.detailed_x".into(), true));
 }
+
+const NESTED: &str = "
+domain: d
+descriptors:
+  - key: tenant
+    value: acme
+    descriptors:
+      - key: route
+        rate_limit: {unit: second, requests_per_unit: 50}
+  - key: tenant
+    rate_limit: {unit: second, requests_per_unit: 10}
+";
+
+/// A bucket's pairs, as RLQS reports them: a map, matched in the order the
+/// tree asks for its keys.
+fn bucket(t: &DescriptorTree, domain: &str, pairs: &[(&str, &str)]) -> Option<Vec<Entry>> {
+    let pairs: HashMap<&str, &str> = pairs.iter().copied().collect();
+    t.bucket_entries(domain, &pairs)
+}
+
+#[test]
+fn a_bucket_is_matched_in_the_order_the_tree_asks_for_its_pairs() {
+    let t = tree(NESTED);
+    let nested = vec![Entry::new("tenant", "acme"), Entry::new("route", "/api")];
+    // Either order of the map gives the nested path.
+    assert_eq!(
+        bucket(&t, "d", &[("route", "/api"), ("tenant", "acme")]),
+        Some(nested.clone())
+    );
+    assert_eq!(
+        find(&t, &[("tenant", "acme"), ("route", "/api")]).as_deref(),
+        Some("50:d.tenant_acme.route")
+    );
+    // A pair the tree never asks for is not part of the path.
+    assert_eq!(
+        bucket(
+            &t,
+            "d",
+            &[("route", "/api"), ("tenant", "acme"), ("zone", "eu")]
+        ),
+        Some(nested)
+    );
+    // The key-only default, as a request would match it.
+    assert_eq!(
+        bucket(&t, "d", &[("tenant", "other")]),
+        Some(vec![Entry::new("tenant", "other")])
+    );
+    assert_eq!(bucket(&t, "d", &[("zone", "eu")]), Some(vec![]));
+    assert_eq!(bucket(&t, "unknown", &[("tenant", "acme")]), None);
+}

@@ -20,6 +20,7 @@
 //! that owns the key's slot, from fred's routing table, so after a failover
 //! the new primary is a new node).
 
+pub mod board;
 mod coalesce;
 pub mod connect;
 pub mod scripts;
@@ -351,6 +352,11 @@ impl Store for RedisStore {
 }
 
 impl RedisStore {
+    /// The RLQS demand boards on the main deployment.
+    pub fn board(&self) -> board::RedisBoard {
+        board::RedisBoard::new(self.main.backend.pool.clone())
+    }
+
     /// Where this store keeps its keys.
     pub fn placement(&self) -> Arc<dyn Placement> {
         Arc::clone(&self.placement) as Arc<dyn Placement>

@@ -1,0 +1,323 @@
+//! RLQS (`RateLimitQuotaService`) with fleets of simulated Envoys
+//! (`support/envoy_quota.rs`) against the real binary, on virtual time:
+//! each round is 5 s of an Envoy's traffic, reported as Envoy reports it.
+//!
+//! What each test shows, with the numbers printed per round:
+//! - three Envoys (demand 150, 60 and 10 a second) on a limit of 100 a
+//!   second: the fleet stays within the limit (+10 %) and uses at least
+//!   85 % of it, the light Envoy gets its demand, neither busy one is
+//!   starved; after the demands shift, a fair split within 4 reports;
+//! - two instances on one Redis split one global limit, and a closed
+//!   stream's share returns to the others;
+//! - a per-minute rule works as a rate; a nested rule is found from a
+//!   bucket's pairs in any order; blanket rules (a limit of 0, `unlimited`,
+//!   `shadow_mode`, no rule, an unknown domain); usage in the rule's
+//!   statistics; SIGTERM expires every assignment at once.
+
+mod support;
+
+use std::time::Duration;
+
+use support::envoy_quota::{Enforced, SimEnvoy};
+use support::redis::RedisServer;
+use support::Service;
+
+const RULES: &str = "
+domain: q
+descriptors:
+  - key: fleet
+    rate_limit: {unit: second, requests_per_unit: 100}
+  - key: minute
+    rate_limit: {unit: minute, requests_per_unit: 600}
+  - key: tenant
+    value: acme
+    descriptors:
+      - key: route
+        rate_limit: {unit: second, requests_per_unit: 50}
+  - key: closed
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: open
+    rate_limit: {unlimited: true}
+  - key: shadow
+    rate_limit: {unit: second, requests_per_unit: 5}
+    shadow_mode: true
+";
+
+/// Seconds per round: Envoy's report interval.
+const ROUND: u64 = 5;
+
+fn service(env: &[(&str, &str)]) -> Service {
+    Service::start(&[("rules.yaml", RULES)], env)
+}
+
+/// What one round of a fleet did.
+struct Round {
+    /// Allowed per Envoy.
+    allowed: Vec<u64>,
+    /// The tokens the fleet's assignment changes put in at the start of
+    /// the round (Envoy starts a changed bucket full): the `max_tokens` of
+    /// every Envoy whose assignment changed at its last report.
+    refilled: u64,
+}
+
+impl Round {
+    fn total(&self) -> u64 {
+        self.allowed.iter().sum()
+    }
+}
+
+/// One round of every Envoy in `fleet`; `seen` holds each Envoy's
+/// assignment changes as of the last round.
+async fn round(fleet: &mut [SimEnvoy], seen: &mut Vec<u32>) -> Round {
+    seen.resize(fleet.len(), 0);
+    let mut refilled = 0;
+    for (e, seen) in fleet.iter().zip(seen.iter_mut()) {
+        if e.changes != *seen {
+            if let Enforced::Bucket(max, _, _) = e.enforced {
+                refilled += u64::from(max);
+            }
+            *seen = e.changes;
+        }
+    }
+    let mut allowed = Vec::new();
+    for envoy in fleet.iter_mut() {
+        allowed.push(envoy.round(ROUND).await.0);
+    }
+    Round { allowed, refilled }
+}
+
+/// The fleet's bound for one round of a limit of `rate` a second: within
+/// it (+10 %) plus what the round's assignment changes refilled (the
+/// stated bound), and at least 85 % of it used while the demand exceeds
+/// it.
+fn within(rate: f64, r: &Round, what: &str) {
+    let (total, budget) = (r.total() as f64, rate * ROUND as f64);
+    let most = 1.1 * budget + r.refilled as f64;
+    assert!(
+        total <= most,
+        "{what}: {total} allowed, at most {most}: {:?}",
+        r.allowed
+    );
+    assert!(
+        total >= 0.85 * budget,
+        "{what}: {total} allowed of {budget}: {:?}",
+        r.allowed
+    );
+}
+
+/// The bound over a span of rounds: within the limit (+10 %) and at least
+/// 85 % of it, refills included.
+fn within_span(rate: f64, rounds: &[Round], what: &str) {
+    let total: u64 = rounds.iter().map(Round::total).sum();
+    let budget = rate * (ROUND * rounds.len() as u64) as f64;
+    println!(
+        "{what}: {total} allowed of {budget} ({:.3})",
+        total as f64 / budget
+    );
+    assert!(
+        total as f64 <= 1.1 * budget && total as f64 >= 0.85 * budget,
+        "{what}"
+    );
+}
+
+async fn fleet_of(grpc: std::net::SocketAddr, demands: &[f64]) -> Vec<SimEnvoy> {
+    let mut fleet = Vec::new();
+    for &d in demands {
+        let mut e = SimEnvoy::connect(grpc, "q", &[("fleet", "f")], d, false).await;
+        let took = e.start().await;
+        assert!(
+            took < Duration::from_secs(1),
+            "the first report is answered at once: {took:?}"
+        );
+        fleet.push(e);
+    }
+    fleet
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_envoys_split_one_limit_by_their_demand() {
+    let svc = service(&[]);
+    let mut fleet = fleet_of(svc.grpc, &[150.0, 60.0, 10.0]).await;
+    let mut seen = Vec::new();
+    let mut converged = Vec::new();
+    println!("round | allowed (150/s, 60/s, 10/s) | total of 500 | refilled by changes");
+    for r in 1..=8 {
+        let round = round(&mut fleet, &mut seen).await;
+        let allowed = &round.allowed;
+        println!("{r} | {allowed:?} | {} | {}", round.total(), round.refilled);
+        if r >= 3 {
+            within(100.0, &round, &format!("round {r}"));
+            assert!(
+                allowed[2] >= 48,
+                "the light Envoy gets its demand: {allowed:?}"
+            );
+            // Neither busy Envoy starved: each at least 80 % of the even
+            // split of what the light one leaves.
+            assert!(
+                allowed[0] >= 175 && allowed[1] >= 175,
+                "starved: {allowed:?}"
+            );
+            converged.push(round);
+        }
+    }
+    within_span(100.0, &converged, "rounds 3 to 8");
+    // The demands shift: the busy Envoy turns light and the light one busy.
+    fleet[0].demand = 10.0;
+    fleet[2].demand = 150.0;
+    println!("shift: (10/s, 60/s, 150/s)");
+    for r in 1..=6 {
+        let round = round(&mut fleet, &mut seen).await;
+        let allowed = &round.allowed;
+        println!("{r} | {allowed:?} | {} | {}", round.total(), round.refilled);
+        if r >= 4 {
+            within(100.0, &round, &format!("round {r} after the shift"));
+            assert!(allowed[0] >= 48, "the now light Envoy: {allowed:?}");
+            assert!(
+                allowed[1] >= 175 && allowed[2] >= 175,
+                "starved: {allowed:?}"
+            );
+        }
+    }
+    let changes: Vec<u32> = fleet.iter().map(|e| e.changes).collect();
+    println!("assignment changes per Envoy over 14 rounds: {changes:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_one_redis_share_one_limit() {
+    let redis = RedisServer::start();
+    let env = [
+        ("BACKEND_TYPE", "redis"),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", &redis.addr()),
+    ];
+    let (one, two) = (service(&env), service(&env));
+    let mut fleet = fleet_of(one.grpc, &[150.0, 60.0]).await;
+    let mut seen = Vec::new();
+    fleet.extend(fleet_of(two.grpc, &[150.0]).await);
+    println!("round | allowed (150/s and 60/s on one instance, 150/s on the other) | total of 500");
+    for r in 1..=6 {
+        let round = round(&mut fleet, &mut seen).await;
+        let allowed = &round.allowed;
+        println!("{r} | {allowed:?} | {} | {}", round.total(), round.refilled);
+        if r >= 3 {
+            within(100.0, &round, &format!("round {r}"));
+        }
+    }
+    // The other instance's Envoy closes its stream: its share returns.
+    let gone = fleet.pop().expect("three");
+    gone.close();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    println!("the other instance's stream closed");
+    seen.truncate(fleet.len());
+    for r in 1..=4 {
+        let round = round(&mut fleet, &mut seen).await;
+        let allowed = &round.allowed;
+        println!("{r} | {allowed:?} | {} | {}", round.total(), round.refilled);
+        if r >= 3 {
+            within(100.0, &round, &format!("round {r} after the close"));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minute_rule_is_a_rate_and_buckets_find_their_rules() {
+    let svc = service(&[]);
+    // 600 a minute is 10 a second, split between two Envoys of 20/s.
+    let mut fleet = Vec::new();
+    for _ in 0..2 {
+        let mut e = SimEnvoy::connect(svc.grpc, "q", &[("minute", "m")], 20.0, false).await;
+        e.start().await;
+        fleet.push(e);
+    }
+    let mut seen = Vec::new();
+    round(&mut fleet, &mut seen).await;
+    let mut minute = 0;
+    for _ in 0..12 {
+        minute += round(&mut fleet, &mut seen).await.total();
+    }
+    println!(
+        "per-minute rule: {minute} allowed in 60 s of 600; {:?}",
+        fleet[0].enforced
+    );
+    assert!((510..=660).contains(&minute), "{minute} of 600 a minute");
+
+    // Nested, pairs in any order: {route, tenant} finds tenant=acme → route.
+    let mut nested = SimEnvoy::connect(
+        svc.grpc,
+        "q",
+        &[("route", "/api"), ("tenant", "acme")],
+        80.0,
+        true,
+    )
+    .await;
+    nested.start().await;
+    let mut allowed = 0;
+    for _ in 0..4 {
+        allowed += nested.round(ROUND).await.0;
+    }
+    println!(
+        "nested rule of 50/s at 80/s: {allowed} allowed in 20 s; {:?}",
+        nested.enforced
+    );
+    assert!(
+        matches!(nested.enforced, Enforced::Bucket(..)),
+        "{:?}",
+        nested.enforced
+    );
+    assert!((850..=1_100).contains(&allowed), "{allowed} of 1,000");
+
+    // Blanket rules.
+    for (domain, pairs, want) in [
+        ("q", [("closed", "x")], Enforced::DenyAll),
+        ("q", [("open", "x")], Enforced::AllowAll),
+        ("q", [("shadow", "x")], Enforced::AllowAll),
+        ("q", [("nothing", "x")], Enforced::AllowAll),
+        ("unknown", [("fleet", "f")], Enforced::AllowAll),
+    ] {
+        let mut e = SimEnvoy::connect(svc.grpc, domain, &pairs, 10.0, domain == "q").await;
+        e.start().await;
+        e.round(ROUND).await;
+        assert_eq!(e.enforced, want, "{domain} {pairs:?}");
+    }
+    // Reported usage counts in the rule's statistics.
+    let stats = svc.debug("/stats").body;
+    let hits = |key: &str| {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("ratelimit.service.rate_limit.q.{key}: ")))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    println!(
+        "stats: minute total_hits {}, shadow total_hits {}",
+        hits("minute.total_hits"),
+        hits("shadow.total_hits")
+    );
+    assert!(
+        hits("minute.total_hits") >= 2 * 20 * 65,
+        "every reported request counts"
+    );
+    assert!(hits("minute.over_limit") > 0);
+    assert_eq!(hits("shadow.total_hits"), 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_expires_every_assignment_at_once() {
+    let svc = service(&[("SHUTDOWN_DRAIN_DURATION", "2s")]);
+    let mut e = SimEnvoy::connect(svc.grpc, "q", &[("fleet", "f")], 50.0, false).await;
+    e.start().await;
+    e.round(ROUND).await;
+    assert_eq!(e.ttl, Some(Duration::from_secs(15)));
+    svc.signal("TERM");
+    let told = e
+        .next(Duration::from_secs(5))
+        .await
+        .expect("told before the drain ends");
+    e.apply(&told);
+    println!("at SIGTERM: {told:?}");
+    assert_eq!(e.ttl, Some(Duration::ZERO), "expired at once");
+    assert!(
+        matches!(e.enforced, Enforced::Bucket(..)),
+        "the same strategy: no refill"
+    );
+}
