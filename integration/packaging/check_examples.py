@@ -51,6 +51,11 @@ with open("examples/envoy/envoy.yaml") as f:
 parse("envoy.config.bootstrap.v3.Bootstrap", bootstrap, "examples/envoy/envoy.yaml")
 ok("examples/envoy/envoy.yaml parses as an Envoy v3 Bootstrap")
 
+with open("examples/envoy/rlqs/envoy.yaml") as f:
+    rlqs = yaml.safe_load(f)
+parse("envoy.config.bootstrap.v3.Bootstrap", rlqs, "examples/envoy/rlqs/envoy.yaml")
+ok("examples/envoy/rlqs/envoy.yaml (the rate limit quota filter) parses as an Envoy v3 Bootstrap")
+
 # The check refuses a misspelt field (it would pass a typo otherwise).
 broken = copy.deepcopy(bootstrap)
 broken["static_resources"]["clusters"][0]["conect_timeout"] = "1s"
