@@ -323,3 +323,135 @@ fn board_key(domain: &str, entries: &[Entry]) -> String {
     key.push('}');
     key
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{load, ConfigFile};
+    use crate::limiter::ManualClock;
+    use crate::store::board::MemoryBoard;
+
+    const RULES: &str = "
+domain: q
+descriptors:
+  - key: fleet
+    rate_limit: {unit: second, requests_per_unit: 100}
+  - key: bucket
+    rate_limit: {unit: second, requests_per_unit: 20, algorithm: token_bucket, burst: 40}
+";
+
+    fn session(options: QuotaOptions) -> Session {
+        let live = LiveConfig::new();
+        let config = load(&[ConfigFile::new("q.yaml", RULES)], false).expect("loads");
+        live.publish(Arc::new(config));
+        let clock = Arc::new(ManualClock::at_secs(1_000));
+        Session::new(
+            "envoy".into(),
+            live,
+            Arc::new(Stats::new()),
+            Arc::new(MemoryBoard::new(clock)),
+            options,
+        )
+    }
+
+    fn usage(key: &str, elapsed: Option<u64>, allowed: u64) -> Usage {
+        Usage {
+            bucket: vec![(key.into(), "x".into())],
+            elapsed: elapsed.map(Duration::from_secs),
+            allowed,
+            denied: 0,
+        }
+    }
+
+    async fn one(s: &mut Session, u: Usage) -> Option<Action> {
+        let mut out = s.report("q", vec![u]).await.expect("a valid report");
+        out.pop().and_then(|(_, a)| a)
+    }
+
+    #[tokio::test]
+    async fn a_lone_envoy_gets_the_whole_rate_as_a_bucket_it_can_run() {
+        let mut s = session(QuotaOptions::default());
+        let a = one(&mut s, usage("fleet", None, 0)).await;
+        let Some(Action::Assign {
+            strategy: Strategy::Bucket(b),
+            ttl,
+        }) = a
+        else {
+            panic!("{a:?}");
+        };
+        assert_eq!(
+            (b.tokens_per_fill, b.fill_interval_secs, b.max_tokens),
+            (100, 1, 100)
+        );
+        assert_eq!(ttl, Duration::from_secs(15));
+        // A token bucket rule: its burst goes with the share.
+        let a = one(&mut s, usage("bucket", None, 0)).await;
+        let Some(Action::Assign {
+            strategy: Strategy::Bucket(b),
+            ..
+        }) = a
+        else {
+            panic!("{a:?}");
+        };
+        assert_eq!((b.tokens_per_fill, b.max_tokens), (20, 40));
+    }
+
+    #[tokio::test]
+    async fn an_idle_bucket_is_abandoned_and_leaves_its_share() {
+        let mut s = session(QuotaOptions {
+            idle: Duration::from_secs(10),
+            ..QuotaOptions::default()
+        });
+        one(&mut s, usage("fleet", None, 0)).await;
+        assert!(matches!(
+            one(&mut s, usage("fleet", Some(5), 0)).await,
+            Some(Action::Assign { .. })
+        ));
+        assert_eq!(
+            one(&mut s, usage("fleet", Some(5), 0)).await,
+            Some(Action::Abandon)
+        );
+        // Gone from the board: a new stream gets the whole rate at once.
+        let mut other = session(QuotaOptions::default());
+        other.board = Arc::clone(&s.board);
+        let a = one(&mut other, usage("fleet", None, 0)).await;
+        assert!(
+            matches!(a, Some(Action::Assign { strategy: Strategy::Bucket(b), .. }) if b.tokens_per_fill == 100),
+            "{a:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn malformed_reports_are_refused() {
+        let mut s = session(QuotaOptions {
+            max_buckets: 2,
+            ..QuotaOptions::default()
+        });
+        assert_eq!(
+            s.report("", vec![]).await.err(),
+            Some(ReportError::NoDomain)
+        );
+        let empty = Usage {
+            bucket: vec![],
+            ..usage("fleet", None, 0)
+        };
+        assert_eq!(
+            s.report("q", vec![empty]).await.err(),
+            Some(ReportError::EmptyBucket)
+        );
+        let three: Vec<Usage> = ["a", "b", "c"].iter().map(|k| usage(k, None, 0)).collect();
+        assert_eq!(
+            s.report("q", three).await.err(),
+            Some(ReportError::TooManyBuckets(2))
+        );
+    }
+
+    #[tokio::test]
+    async fn expire_all_sends_each_assignment_with_a_ttl_of_zero() {
+        let mut s = session(QuotaOptions::default());
+        one(&mut s, usage("fleet", None, 0)).await;
+        let expired = s.expire_all();
+        assert_eq!(expired.len(), 1);
+        assert!(matches!(expired[0].1, Action::Assign { ttl, .. } if ttl.is_zero()));
+    }
+}

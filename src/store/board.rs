@@ -108,15 +108,26 @@ pub fn exchange(
 /// Boards of one instance (the memory store's, or memcache's).
 #[derive(Debug)]
 pub struct MemoryBoard {
-    boards: Mutex<HashMap<String, HashMap<String, Line>>>,
+    boards: Mutex<Boards>,
     clock: Arc<dyn Clock>,
 }
+
+/// The boards, and the exchanges since the last sweep of them all.
+#[derive(Debug, Default)]
+struct Boards {
+    by_quota: HashMap<String, HashMap<String, Line>>,
+    since_sweep: u32,
+}
+
+/// Every this many exchanges, boards whose lines all expired are dropped,
+/// so the map holds the live quotas and at most this many more.
+const SWEEP_EVERY: u32 = 1024;
 
 impl MemoryBoard {
     /// Boards on `clock`.
     pub fn new(clock: Arc<dyn Clock>) -> MemoryBoard {
         MemoryBoard {
-            boards: Mutex::new(HashMap::new()),
+            boards: Mutex::new(Boards::default()),
             clock,
         }
     }
@@ -140,19 +151,23 @@ impl DemandBoard for MemoryBoard {
         let now = self.now_ms();
         let expires = now.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
         let mut boards = self.boards.lock();
-        // Boards whose every line expired go, so the map stays bounded by
-        // the live quotas.
-        boards.retain(|_, b| b.values().any(|l| l.expires_at_ms > now));
-        let lines = boards.entry(quota.to_string()).or_default();
+        boards.since_sweep += 1;
+        if boards.since_sweep >= SWEEP_EVERY {
+            boards.since_sweep = 0;
+            boards
+                .by_quota
+                .retain(|_, b| b.values().any(|l| l.expires_at_ms > now));
+        }
+        let lines = boards.by_quota.entry(quota.to_string()).or_default();
         Ok(exchange(lines, me, demand, want, rate, now, expires))
     }
 
     async fn leave(&self, quota: &str, me: &str) -> Result<(), BoardError> {
         let mut boards = self.boards.lock();
-        if let Some(lines) = boards.get_mut(quota) {
+        if let Some(lines) = boards.by_quota.get_mut(quota) {
             lines.remove(me);
             if lines.is_empty() {
-                boards.remove(quota);
+                boards.by_quota.remove(quota);
             }
         }
         Ok(())
