@@ -1406,3 +1406,122 @@ async fn an_alias_bomb_is_refused_within_a_small_multiple_of_its_size() {
     let body = svc.debug("/rlconfig").body;
     assert!(body.contains("test.") && !body.contains("bomb."), "{body}");
 }
+
+const FLOOD_RULES: &str = "
+domain: flood
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: open_user
+    rate_limit: {unit: hour, requests_per_unit: 100, failure_mode: open, fallback_requests_per_unit: 10}
+";
+
+/// The process's resident memory (`VmRSS`), in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmRSS")
+        * 1024
+}
+
+/// A flood of `requests` requests of 1,000 unique values each on the
+/// memory store of `max_keys`: how much RSS grew, the keys gauge, the
+/// works refused as full, and the answer to the key counted before it.
+async fn flood(
+    max_keys: &str,
+    requests: usize,
+) -> (
+    u64,
+    u64,
+    u64,
+    Option<envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse>,
+    Service,
+) {
+    let svc = Service::start(
+        &[("rules.yaml", FLOOD_RULES)],
+        &[("MEMORY_MAX_KEYS", max_keys)],
+    );
+    let mut c = svc.client().await;
+    for _ in 0..5 {
+        call(&mut c, request("flood", vec![desc(&[("user", "active")])]))
+            .await
+            .expect("answered");
+    }
+    let before = rss(svc.pid());
+    for r in 0..requests {
+        let descriptors = (0..1_000)
+            .map(|i| desc(&[("user", &format!("u{r}_{i}"))]))
+            .collect();
+        // At the cap the default policy (error) fails the request.
+        let _ = call(&mut c, request("flood", descriptors)).await;
+    }
+    let grown = rss(svc.pid()).saturating_sub(before);
+    // The sweeper sets the gauge every second.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let keys = svc.stat("ratelimit.memory.keys");
+    let full = svc.stat("ratelimit.memory.full");
+    let active = call(&mut c, request("flood", vec![desc(&[("user", "active")])]))
+        .await
+        .ok();
+    (grown, keys, full, active, svc)
+}
+
+/// A flood of unique values stops at `MEMORY_MAX_KEYS`: the keys gauge stays
+/// at the cap (plus at most one request's keys), RSS grows by a fraction of
+/// what the same flood costs uncapped, new keys go to their rules' failure
+/// policies (the default errors, an open rule's floor admits), and a key
+/// counted before the flood keeps its count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_new_keys_stops_at_memory_max_keys() {
+    let requests = 300;
+    let (uncapped, all_keys, _, _, _) = flood("100000000", requests).await;
+    let (grown, keys, full, active, svc) = flood("6400", requests).await;
+    println!(
+        "{} unique keys offered: uncapped RSS +{uncapped} B ({all_keys} keys); MEMORY_MAX_KEYS=6400: RSS +{grown} B, {keys} keys, {full} works refused as full",
+        requests * 1_000
+    );
+    assert!(
+        all_keys >= (requests * 1_000) as u64,
+        "uncapped: {all_keys} keys"
+    );
+    assert!(keys <= 6_400 + 1_000, "{keys} keys held");
+    assert!(full > 0, "the flood met the cap");
+    assert!(
+        grown * 2 < uncapped,
+        "capped +{grown} B against uncapped +{uncapped} B"
+    );
+    // The key counted before the flood: its 6th hit leaves 94 of 100.
+    let active = active.expect("a live key is answered at the cap");
+    assert_eq!(active.statuses[0].limit_remaining, 94, "{active:?}");
+    // New keys at the cap: those that land in a full shard (about half
+    // here: a request that finds a full shard fails whole, so shards fill
+    // unevenly) go to their failure policies. The default errors; an open
+    // rule's floor admits.
+    let mut c = svc.client().await;
+    let (mut errors, mut floor, mut tried) = (0, 0, 0);
+    while tried < 2_000 && (errors < 3 || floor == 0) {
+        let fresh = format!("fresh{tried}");
+        let r = call(&mut c, request("flood", vec![desc(&[("user", &fresh)])])).await;
+        errors += u32::from(r.is_err());
+        let open = call(
+            &mut c,
+            request("flood", vec![desc(&[("open_user", &fresh)])]),
+        )
+        .await
+        .expect("an open rule is always answered");
+        assert_eq!(open.overall_code, 1, "{open:?}");
+        tried += 1;
+        if tried % 50 == 0 {
+            floor = svc.stat("ratelimit.store.fallback_decision");
+        }
+    }
+    floor = svc.stat("ratelimit.store.fallback_decision");
+    println!("at the cap: {errors} of {tried} new keys failed (the default policy), {floor} open ones decided by the floor");
+    assert!(
+        errors > 0 && floor > 0,
+        "{errors} errors, {floor} floor decisions"
+    );
+}

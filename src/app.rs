@@ -774,10 +774,15 @@ async fn build_store(
 ) -> Result<Option<BuiltStore>, AppError> {
     let built = match settings.limiter.backend_type {
         BackendType::Memory => {
-            let store = Arc::new(MemoryStore::new(Arc::clone(clock)));
+            let store = Arc::new(
+                MemoryStore::with_max_keys(Arc::clone(clock), settings.memory_max_keys)
+                    .reporting_keys(),
+            );
             let sweeper = store.spawn_sweeper(Duration::from_secs(1));
             BuiltStore {
-                store,
+                // A full store fails new keys: their rules' failure
+                // policies answer them.
+                store: Arc::new(crate::resilience::Fallback::new(store, Arc::clone(clock))),
                 placement: Arc::new(InProcess),
                 board: Arc::new(MemoryBoard::new(Arc::clone(clock))),
                 leases: None,

@@ -49,6 +49,11 @@ pub const RUNTIME_NUM_VALUES: &str = "runtime.num_values";
 /// `ratelimit.store.timeout` (ours): requests whose store work passed
 /// `STORE_TIMEOUT` on some node.
 pub const STORE_TIMEOUT: &str = "ratelimit.store.timeout";
+/// `ratelimit.memory.keys` (ours): keys the memory store holds (a gauge).
+pub const MEMORY_KEYS: &str = "ratelimit.memory.keys";
+/// `ratelimit.memory.full` (ours): works refused because the memory store
+/// held `MEMORY_MAX_KEYS` keys (their items go to their failure policies).
+pub const MEMORY_FULL: &str = "ratelimit.memory.full";
 /// `ratelimit.store.failure` (ours): requests with an item the store could
 /// not answer (timeout, connection refused or reset, breaker open).
 pub const STORE_FAILURE: &str = "ratelimit.store.failure";

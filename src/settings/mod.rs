@@ -77,6 +77,8 @@ pub struct Settings {
     pub request: RequestSettings,
     /// RLQS (`RLQS_*`, ours).
     pub quota: QuotaSettings,
+    /// `MEMORY_MAX_KEYS` (ours): the most keys the memory store holds.
+    pub memory_max_keys: usize,
 }
 
 /// RLQS, the rate limit quota service (ours).
@@ -999,6 +1001,9 @@ impl Settings {
                     parse_count(s).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
                 }),
             },
+            memory_max_keys: r.get(ENV_MEMORY_MAX_KEYS, |s| {
+                parse_count(s).map(|n| usize::try_from(n).unwrap_or(usize::MAX).max(1))
+            }),
             quota: QuotaSettings {
                 assignment_ttl: r.get(ENV_RLQS_ASSIGNMENT_TTL, parse_positive_duration),
                 idle_timeout: r.get(ENV_RLQS_IDLE_TIMEOUT, parse_positive_duration),

@@ -129,6 +129,9 @@ pub const ENV_LEASE_DURATION: &str = "LEASE_DURATION";
 pub const ENV_LEASE_TTL: &str = "LEASE_TTL";
 /// The largest batch as a share of the limit, in (0, 1]. Ours; default `0.05`.
 pub const ENV_LEASE_MAX_SHARE: &str = "LEASE_MAX_SHARE";
+/// The most keys the memory store holds (`BACKEND_TYPE=memory`). Ours;
+/// default `1000000` (about 100 MB).
+pub const ENV_MEMORY_MAX_KEYS: &str = "MEMORY_MAX_KEYS";
 /// How long an RLQS assignment holds without a new report, and how long
 /// a silent Envoy's share stays taken. Ours; default `15s` (three of
 /// Envoy's 5 s reports).
@@ -271,6 +274,12 @@ pub static EXTENSIONS: &[VarSpec] = &[
         name: ENV_LEASE_TTL,
         kind: Kind::Duration,
         default: "1s",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_MEMORY_MAX_KEYS,
+        kind: Kind::Int,
+        default: "1000000",
         support: Support::Active,
     },
     VarSpec {

@@ -17,6 +17,14 @@
 //! as zero (checked on access), and [`MemoryStore::sweep`] removes expired
 //! entries and gives table memory back, so memory follows the active keys;
 //! [`MemoryStore::spawn_sweeper`] runs it periodically.
+//!
+//! Bound: at most `MEMORY_MAX_KEYS` keys ([`MemoryStore::with_max_keys`];
+//! each shard holds its 1/64th). A work that would add a key to a full
+//! shard first drops that shard's expired keys (at most once a second per
+//! shard); if the shard is still full the work fails as
+//! [`StoreErrorKind::Unavailable`], so its items are answered by their
+//! rules' failure policies. A live key's count is never dropped to make
+//! room: a flood of new keys cannot reset an active key.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -35,6 +43,13 @@ use crate::limiter::{
 };
 
 const SHARDS: usize = 64;
+
+/// `MEMORY_MAX_KEYS`' default: about 100 MB at the 70 to 100 bytes of
+/// resident memory a key measured with the tables' slack.
+pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+
+/// What a work that finds its shard full fails with.
+pub const FULL: &str = "the memory store holds MEMORY_MAX_KEYS keys";
 
 /// A counter of the original's: its value and the Unix second at which it
 /// expires.
@@ -78,6 +93,25 @@ struct Slot {
 struct Shard {
     counters: Table<Counter>,
     states: Table<Slot>,
+    /// When a full shard last dropped its expired keys.
+    swept_at: Duration,
+}
+
+impl Shard {
+    fn len(&self) -> usize {
+        self.counters.len() + self.states.len()
+    }
+
+    fn holds(&self, id: u128) -> bool {
+        self.counters.contains_key(&id) || self.states.contains_key(&id)
+    }
+
+    /// Drops the expired keys; how many.
+    fn drop_expired(&mut self, now: Duration) -> usize {
+        let now_secs = now.as_secs();
+        retain(&mut self.counters, |c| c.expires_at > now_secs)
+            + retain(&mut self.states, |slot| slot.expires_at > now)
+    }
 }
 
 /// In-process limit state. Cheap to share: wrap it in an `Arc`.
@@ -86,16 +120,44 @@ pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
     secret: (u64, u64),
     clock: Arc<dyn Clock>,
+    /// The most keys one shard holds.
+    per_shard: usize,
+    /// Whether the log said the store is full (once until it has room).
+    full_logged: std::sync::atomic::AtomicBool,
+    /// Whether the sweeper sets the `ratelimit.memory.keys` gauge.
+    reports_keys: bool,
 }
 
 impl MemoryStore {
-    /// An empty store reading time from `clock`.
+    /// An empty store reading time from `clock`, of at most
+    /// [`DEFAULT_MAX_KEYS`] keys.
     pub fn new(clock: Arc<dyn Clock>) -> MemoryStore {
+        MemoryStore::with_max_keys(clock, DEFAULT_MAX_KEYS)
+    }
+
+    /// An empty store of at most about `max_keys` keys (rounded up to a
+    /// multiple of 64, the shards).
+    pub fn with_max_keys(clock: Arc<dyn Clock>, max_keys: usize) -> MemoryStore {
         MemoryStore {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             secret: (rand::random(), rand::random()),
             clock,
+            per_shard: max_keys.div_ceil(SHARDS).max(1),
+            full_logged: std::sync::atomic::AtomicBool::new(false),
+            reports_keys: false,
         }
+    }
+
+    /// The same store, whose sweeper also sets the `ratelimit.memory.keys`
+    /// gauge (the service's store does; a fallback floor does not).
+    pub fn reporting_keys(mut self) -> MemoryStore {
+        self.reports_keys = true;
+        self
+    }
+
+    /// The most keys it holds.
+    pub fn max_keys(&self) -> usize {
+        self.per_shard.saturating_mul(SHARDS)
     }
 
     fn id(&self, key: &str) -> u128 {
@@ -111,13 +173,7 @@ impl MemoryStore {
     /// Number of live (possibly expired, not yet swept) counters and
     /// algorithm states.
     pub fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| {
-                let s = s.lock();
-                s.counters.len() + s.states.len()
-            })
-            .sum()
+        self.shards.iter().map(|s| s.lock().len()).sum()
     }
 
     /// Whether no counter is held.
@@ -129,14 +185,40 @@ impl MemoryStore {
     /// became mostly empty. Returns how many counters were removed.
     pub fn sweep(&self) -> usize {
         let now = self.clock.now();
-        let now_secs = now.as_secs();
-        let mut removed = 0;
+        let (mut removed, mut fullest) = (0, 0);
         for shard in self.shards.iter() {
             let mut shard = shard.lock();
-            removed += retain(&mut shard.counters, |c| c.expires_at > now_secs);
-            removed += retain(&mut shard.states, |slot| slot.expires_at > now);
+            removed += shard.drop_expired(now);
+            fullest = fullest.max(shard.len());
+        }
+        if fullest < self.per_shard {
+            // Room again: the next time it fills is worth a log line.
+            self.full_logged
+                .store(false, std::sync::atomic::Ordering::Relaxed);
         }
         removed
+    }
+
+    /// Whether every key of `work` that it would add fits: a full shard
+    /// drops its expired keys first, at most once a second.
+    fn has_room(&self, work: &Work, ids: &[u128], locked: &mut Locked<'_>, now: Duration) -> bool {
+        if !work.policy.commits() {
+            return true;
+        }
+        for (item, &id) in work.items.iter().zip(ids) {
+            let shard = locked.shard(id);
+            if item.cost == 0 || shard.len() < self.per_shard || shard.holds(id) {
+                continue;
+            }
+            if now.saturating_sub(shard.swept_at) >= Duration::from_secs(1) {
+                shard.swept_at = now;
+                shard.drop_expired(now);
+            }
+            if shard.len() >= self.per_shard {
+                return false;
+            }
+        }
+        true
     }
 
     /// Runs [`MemoryStore::sweep`] every `interval` until the returned guard
@@ -151,6 +233,9 @@ impl MemoryStore {
                 // Stop once the store itself is gone.
                 let Some(store) = store.upgrade() else { break };
                 store.sweep();
+                if store.reports_keys {
+                    ::metrics::gauge!(crate::metrics::MEMORY_KEYS).set(store.len() as f64);
+                }
             }
         });
         SweeperGuard(task)
@@ -278,6 +363,19 @@ impl MemoryStore {
         let items = &work.items;
         let ids: Vec<u128> = items.iter().map(|c| self.id(&c.key)).collect();
         let mut locked = Locked::new(&self.shards, &ids);
+        if !self.has_room(work, &ids, &mut locked, now) {
+            ::metrics::counter!(crate::metrics::MEMORY_FULL).increment(1);
+            if !self
+                .full_logged
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::warn!(
+                    max_keys = self.max_keys(),
+                    "the memory store is full (MEMORY_MAX_KEYS): new keys are answered by their rules' failure policies until keys expire"
+                );
+            }
+            return Err(StoreError::new(StoreErrorKind::Unavailable, FULL));
+        }
         if let Policy::Refund { taken_at } = work.policy {
             for (item, &id) in items.iter().zip(&ids) {
                 match &item.limit {
@@ -550,5 +648,41 @@ mod tests {
             .map(|s| s.lock().counters.capacity())
             .sum();
         assert!(capacity < 10_000, "tables shrank, capacity {capacity}");
+    }
+
+    #[tokio::test]
+    async fn a_full_store_refuses_new_keys_but_never_an_active_one() {
+        let clock = Arc::new(ManualClock::at_secs(0));
+        // One key a shard.
+        let store = MemoryStore::with_max_keys(clock.clone(), 64);
+        let active = inc("active", 1, 0, 60, 10);
+        store
+            .count(std::slice::from_ref(&active), Policy::Commit)
+            .await
+            .expect("room");
+        // A flood of one-second keys until every shard is full.
+        let mut refused = 0;
+        for i in 0..10_000 {
+            let key = inc(&format!("flood{i}"), 1, 0, 1, 10);
+            if let Err(e) = store.count(&[key], Policy::Commit).await {
+                assert_eq!(
+                    (e.kind, e.message.as_str()),
+                    (StoreErrorKind::Unavailable, FULL)
+                );
+                refused += 1;
+            }
+        }
+        assert!(store.len() <= 64, "{} keys", store.len());
+        assert!(refused >= 10_000 - 64);
+        // The active key still counts, from where it was.
+        let counted = store
+            .count(std::slice::from_ref(&active), Policy::Commit)
+            .await;
+        assert_eq!(counted, Ok(vec![2]));
+        // A second later the flood's keys have expired: a full shard drops
+        // them and takes the new key.
+        clock.set(Duration::from_secs(1));
+        let fresh = inc("fresh", 1, 1, 1, 10);
+        assert_eq!(store.count(&[fresh], Policy::Commit).await, Ok(vec![1]));
     }
 }
