@@ -7,8 +7,8 @@
 //!   second: the fleet stays within the limit (+10 %) and uses at least
 //!   85 % of it, the light Envoy gets its demand, neither busy one is
 //!   starved; after the demands shift, a fair split within 4 reports;
-//! - two instances on one Redis split one global limit, and a closed
-//!   stream's share returns to the others;
+//! - two instances on one Redis (single, or Cluster) split one global
+//!   limit, and a closed stream's share returns to the others;
 //! - a per-minute rule works as a rate; a nested rule is found from a
 //!   bucket's pairs in any order; blanket rules (a limit of 0, `unlimited`,
 //!   `shadow_mode`, no rule, an unknown domain); usage in the rule's
@@ -19,7 +19,7 @@ mod support;
 use std::time::Duration;
 
 use support::envoy_quota::{Enforced, SimEnvoy};
-use support::redis::RedisServer;
+use support::redis::{RedisCluster, RedisServer};
 use support::Service;
 
 const RULES: &str = "
@@ -190,7 +190,26 @@ async fn two_instances_on_one_redis_share_one_limit() {
         ("REDIS_SOCKET_TYPE", "tcp"),
         ("REDIS_URL", &redis.addr()),
     ];
-    let (one, two) = (service(&env), service(&env));
+    share_across_instances(&env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_one_redis_cluster_share_one_limit() {
+    let cluster = RedisCluster::start();
+    let seeds = cluster.seeds().join(",");
+    let env = [
+        ("BACKEND_TYPE", "redis"),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_TYPE", "cluster"),
+        ("REDIS_URL", &seeds),
+    ];
+    share_across_instances(&env).await;
+}
+
+/// Two instances on `env`'s Redis: 150/s and 60/s on one, 150/s on the
+/// other, one limit of 100/s; then the other's stream closes.
+async fn share_across_instances(env: &[(&str, &str)]) {
+    let (one, two) = (service(env), service(env));
     let mut fleet = fleet_of(one.grpc, &[150.0, 60.0]).await;
     let mut seen = Vec::new();
     fleet.extend(fleet_of(two.grpc, &[150.0]).await);
