@@ -771,10 +771,15 @@ async fn bad_input_never_panics() {
     assert_eq!(r.overall_code, OK);
 }
 
-/// The HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS` the gRPC port advertises,
-/// read off the wire: the client preface and an empty SETTINGS frame, then
-/// the server's first frame, which HTTP/2 requires to be its SETTINGS.
+/// The HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS` the gRPC port advertises.
 fn advertised_max_streams(addr: std::net::SocketAddr) -> Option<u32> {
+    advertised(addr, 3)
+}
+
+/// The HTTP/2 setting `id` the gRPC port advertises, read off the wire: the
+/// client preface and an empty SETTINGS frame, then the server's first
+/// frame, which HTTP/2 requires to be its SETTINGS.
+fn advertised(addr: std::net::SocketAddr, id: u16) -> Option<u32> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(5)))
@@ -788,7 +793,7 @@ fn advertised_max_streams(addr: std::net::SocketAddr) -> Option<u32> {
     let mut payload = vec![0u8; len];
     s.read_exact(&mut payload).expect("settings");
     payload.chunks(6).find_map(|p| {
-        (u16::from_be_bytes([p[0], p[1]]) == 3)
+        (u16::from_be_bytes([p[0], p[1]]) == id)
             .then(|| u32::from_be_bytes([p[2], p[3], p[4], p[5]]))
     })
 }
@@ -799,6 +804,9 @@ async fn grpc_advertises_a_finite_stream_limit() {
     assert_eq!(advertised_max_streams(svc.grpc), Some(1024));
     let svc = start(&[("GRPC_MAX_CONCURRENT_STREAMS", "7")]);
     assert_eq!(advertised_max_streams(svc.grpc), Some(7));
+    // The flow-control window a stream starts with, and the header limit.
+    assert_eq!(advertised(svc.grpc, 4), Some(64 * 1024));
+    assert_eq!(advertised(svc.grpc, 6), Some(16 * 1024));
 }
 
 /// One raw gRPC call over h2: the `grpc-status` and `grpc-message`.
@@ -1524,4 +1532,95 @@ async fn a_flood_of_new_keys_stops_at_memory_max_keys() {
         errors > 0 && floor > 0,
         "{errors} errors, {floor} floor decisions"
     );
+}
+
+/// `connections` HTTP/2 connections whose receive window is zero, each
+/// with `streams` ShouldRateLimit calls whose answers the server therefore
+/// cannot send: the server's resident memory grown while they are held,
+/// and after they close.
+async fn stall(svc: &Service, connections: usize, streams: usize) -> (u64, u64) {
+    let framed = {
+        use prost::Message;
+        let r = request("test", vec![desc(&[("key1", "stalled")])]);
+        let body = r.encode_to_vec();
+        frame(&body, body.len() as u32)
+    };
+    let before = rss(svc.pid());
+    let mut held = Vec::new();
+    for _ in 0..connections {
+        let tcp = tokio::net::TcpStream::connect(svc.grpc)
+            .await
+            .expect("connect");
+        let (client, conn) = h2::client::Builder::new()
+            .initial_window_size(0)
+            .handshake::<_, bytes::Bytes>(tcp)
+            .await
+            .expect("h2 handshake");
+        let conn = tokio::spawn(conn);
+        let mut client = client.ready().await.expect("ready");
+        let mut responses = Vec::new();
+        for _ in 0..streams {
+            client = client.ready().await.expect("a stream");
+            let req = http::Request::builder()
+                .method("POST")
+                .uri(format!(
+                    "http://{}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+                    svc.grpc
+                ))
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .body(())
+                .expect("request");
+            let (resp, mut body) = client.send_request(req, false).expect("send");
+            body.send_data(bytes::Bytes::from(framed.clone()), true)
+                .expect("data");
+            responses.push((resp, body));
+        }
+        held.push((client, conn, responses));
+    }
+    // Every call has been decided; its answer waits for a window.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let during = rss(svc.pid()).saturating_sub(before);
+    for (_, conn, _) in &held {
+        conn.abort();
+    }
+    drop(held);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Traffic afterwards lets each worker's allocator take back what other
+    // threads freed.
+    let mut c = svc.client().await;
+    for _ in 0..200 {
+        let _ = call(&mut c, request("test", vec![desc(&[("key1", "after")])])).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = rss(svc.pid()).saturating_sub(before);
+    (during, after)
+}
+
+/// Streams whose answers cannot be sent (the client never opens its
+/// receive window) hold a bounded amount of memory per connection, and it
+/// goes back when the connections close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_streams_are_bounded_and_released() {
+    let svc = start(&[]);
+    let (connections, streams) = (20, 1_000);
+    let (during, after) = stall(&svc, connections, streams).await;
+    println!(
+        "{connections} connections x {streams} stalled streams: RSS +{during} B while held ({} B a stream), +{after} B after they closed",
+        during / (connections * streams) as u64
+    );
+    // A stream held about 9.1 KB with tonic's 8 KiB call buffers, 4.2 to
+    // 4.5 KB with the codec's 1 KiB ones.
+    let per_stream = during / (connections * streams) as u64;
+    assert!(per_stream < 6_500, "{per_stream} B a stream");
+    assert!(
+        after * 3 < during * 2,
+        "+{after} B after the close of +{during} B"
+    );
+    // The server still answers.
+    let mut c = svc.client().await;
+    let r = call(&mut c, request("test", vec![desc(&[("key1", "after")])]))
+        .await
+        .expect("answered");
+    assert_eq!(r.overall_code, OK);
 }

@@ -567,6 +567,19 @@ impl Listeners {
 /// answered within 20 s; and at most `GRPC_MAX_CONCURRENT_STREAMS` streams
 /// per connection (grpc-go advertises no limit), so a client that never
 /// reads its answers holds at most that many of them.
+/// How many request bytes a client may send on one gRPC stream before the
+/// server reads them (HTTP/2 `SETTINGS_INITIAL_WINDOW_SIZE`): an RLS
+/// request is a few hundred bytes; a larger one is read in turns.
+const GRPC_STREAM_WINDOW: u32 = 64 * 1024;
+
+/// How many unread request bytes one gRPC connection may hold in all (the
+/// connection's flow-control window; hyper's default is 1 MiB).
+const GRPC_CONNECTION_WINDOW: u32 = 256 * 1024;
+
+/// The largest header block a gRPC request may carry
+/// (`SETTINGS_MAX_HEADER_LIST_SIZE`).
+const GRPC_MAX_HEADER_LIST: u32 = 16 * 1024;
+
 fn grpc_router(
     l: &crate::settings::ListenerSettings,
     engine: Arc<Engine>,
@@ -581,6 +594,9 @@ fn grpc_router(
         .http2_keepalive_interval(Some(Duration::from_secs(2 * 3600)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
         .max_concurrent_streams(Some(l.grpc_max_concurrent_streams))
+        .initial_stream_window_size(GRPC_STREAM_WINDOW)
+        .initial_connection_window_size(GRPC_CONNECTION_WINDOW)
+        .http2_max_header_list_size(GRPC_MAX_HEADER_LIST)
         .layer(crate::service::grpc_metrics::GrpcMetricsLayer)
         .add_service(RlsServer::new(engine, MAX_GRPC_MESSAGE))
         .add_service(quota.server(MAX_GRPC_MESSAGE))
