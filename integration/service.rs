@@ -1359,12 +1359,22 @@ async fn grpc_closes_silent_connections_and_caps_open_ones() {
 
 /// The process's peak resident memory (`VmHWM`), in bytes.
 fn peak_rss(pid: u32) -> u64 {
+    memory_status(pid, "VmHWM")
+}
+
+/// The process's resident memory (`VmRSS`), in bytes.
+fn rss(pid: u32) -> u64 {
+    memory_status(pid, "VmRSS")
+}
+
+/// A memory line of `/proc/<pid>/status` (given in kB), in bytes.
+fn memory_status(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmHWM")
+        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"))
         * 1024
 }
 
@@ -1423,17 +1433,6 @@ descriptors:
   - key: open_user
     rate_limit: {unit: hour, requests_per_unit: 100, failure_mode: open, fallback_requests_per_unit: 10}
 ";
-
-/// The process's resident memory (`VmRSS`), in bytes.
-fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmRSS")
-        * 1024
-}
 
 /// A flood of `requests` requests of 1,000 unique values each on the
 /// memory store of `max_keys`: how much RSS grew, the keys gauge, the
