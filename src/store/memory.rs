@@ -680,9 +680,15 @@ mod tests {
             .await;
         assert_eq!(counted, Ok(vec![2]));
         // A second later the flood's keys have expired: a full shard drops
-        // them and takes the new key.
+        // them and takes the new key (one whose shard the active key does
+        // not fill).
         clock.set(Duration::from_secs(1));
-        let fresh = inc("fresh", 1, 1, 1, 10);
+        let shard = |key: &str| MemoryStore::shard_of(store.id(key));
+        let name = (0..)
+            .map(|i| format!("fresh{i}"))
+            .find(|k| shard(k) != shard("active"))
+            .expect("a key of another shard");
+        let fresh = inc(&name, 1, 1, 1, 10);
         assert_eq!(store.count(&[fresh], Policy::Commit).await, Ok(vec![1]));
     }
 }
