@@ -29,6 +29,10 @@ use support::*;
 
 const OK: i32 = 1;
 
+/// The tests here each load 2 cores with a fleet, a Redis and 64 callers:
+/// they take turns, so that one's store calls are not another's noise.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 const RULES: &str = "
 domain: h
 descriptors:
@@ -141,6 +145,7 @@ fn stored_count(cluster: &RedisCluster, key: &str, value: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharding_spreads_one_descriptor_over_the_primaries() {
+    let _turn = TURN.lock().await;
     let cluster = RedisCluster::start();
     let svcs = instances(&cluster, 4, &[]);
     wait_for_fresh_window(3600, 60);
@@ -169,6 +174,7 @@ async fn sharding_spreads_one_descriptor_over_the_primaries() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leasing_cuts_script_calls_and_never_admits_over_the_limit() {
+    let _turn = TURN.lock().await;
     let cluster = RedisCluster::start();
     let svcs = instances(&cluster, 4, &[]);
     wait_for_fresh_window(3600, 60);
@@ -218,6 +224,7 @@ async fn leasing_cuts_script_calls_and_never_admits_over_the_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_returns_leases_and_sigkill_strands_at_most_a_batch() {
+    let _turn = TURN.lock().await;
     let cluster = RedisCluster::start();
     // Leases that live long, so that only the signal ends them.
     let long = [("LEASE_TTL", "600s"), ("SHUTDOWN_DRAIN_DURATION", "0s")];
@@ -284,6 +291,7 @@ async fn overload_on(store: &str, env: Vec<(&'static str, String)>, primaries: &
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leased_key_in_overload_costs_a_script_call_per_batch_on_a_single_redis() {
+    let _turn = TURN.lock().await;
     let server = RedisServer::start();
     let port = ports(&[server.addr()]);
     overload_on("redis", redis_env("single", server.addr()), &port).await;
@@ -291,6 +299,7 @@ async fn a_leased_key_in_overload_costs_a_script_call_per_batch_on_a_single_redi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leased_key_in_overload_costs_a_script_call_per_batch_on_the_cluster() {
+    let _turn = TURN.lock().await;
     let cluster = RedisCluster::start();
     let primaries = ports(&cluster.primaries());
     overload_on(

@@ -14,9 +14,16 @@
 //!   [`TAKE_WAIT`]) instead of taking a batch each;
 //! - a take the store refuses refuses the request, and the key is refused
 //!   here until the store's retry for the batch: when a batch's worth can
-//!   be granted, not merely the next token. While the store is short (it
-//!   refused a take, or had less than another batch left after one), the
-//!   next take also waits for this instance's pace ([`lease::next_take`]).
+//!   be granted, not merely the next token. A fixed window whose refusal
+//!   would last longer than `LEASE_TTL` (until a window end further off) is
+//!   the exception: the refused take is retried once as the plain request,
+//!   and what the store then says it has left caps the next batch, so the
+//!   window's last tokens are taken rather than left unclaimed for long,
+//!   for a few more calls a window. While the store is short (it
+//!   refused a take, or had less than another batch left after one), a
+//!   refilling limit's (a token bucket's, a sliding window's) takes are the
+//!   largest batch and wait for this instance's pace
+//!   ([`lease::next_take`]).
 //!   A key in overload therefore costs one store call per batch, however
 //!   far over its limit it is offered;
 //! - everything else goes to the store as it came.
@@ -48,14 +55,16 @@ pub mod rate;
 pub use lease::{Lease, LeaseOptions};
 pub use rate::RateMeter;
 
-use crate::limiter::{Clock, Decision};
+use crate::limiter::{Clock, Decision, Limiter};
 use crate::metrics;
 use crate::store::{
     Answer, Decided, Item, Limit, OnFailure, Policy, Reply, Store, StoreError, StoreErrorKind, Work,
 };
 
-/// The longest a request waits for another request's take of the same key.
-pub const TAKE_WAIT: Duration = Duration::from_millis(20);
+/// The longest a request waits for another request's take of the same key
+/// (never past its deadline). A plain call instead would cost the store a
+/// call and take as long as the take, so the wait covers a slow store too.
+pub const TAKE_WAIT: Duration = Duration::from_millis(100);
 
 /// Key shards of the table (each its own lock).
 const SHARDS: usize = 16;
@@ -81,6 +90,9 @@ struct KeyState {
     last_take: Duration,
     /// When (local clock) the key would be full again, as last answered.
     resets_at: Duration,
+    /// A fixed window's room as the store last said, below a batch: it
+    /// caps the next batch.
+    room: Option<u64>,
     /// A take in flight; dropped when it is answered, which wakes the
     /// requests subscribed to it.
     taking: Option<watch::Sender<()>>,
@@ -260,14 +272,20 @@ impl<S: Store + 'static> Leases<S> {
                 continue;
             }
             let rate = s.meter.rate(now);
-            let Some(batch) = self
+            // A fixed window does not refill before it ends: a short store
+            // means the window is nearly spent, not that batches should grow
+            // or wait for a refill; what is left is taken at once.
+            let short = s.short && !matches!(limiter, Limiter::FixedWindow(_));
+            let batch = self
                 .options
-                .batch(rate, c.cost, limiter.capacity(), s.short)
-            else {
+                .batch(rate, c.cost, limiter.capacity(), short)
+                .map(|b| b.min(s.room.unwrap_or(u64::MAX)))
+                .filter(|&b| b > c.cost);
+            let Some(batch) = batch else {
                 steps.push(Step::Store);
                 continue;
             };
-            if s.short {
+            if short {
                 let granted = s.granted.rate(now);
                 let at = lease::next_take(s.last_take, batch, granted, self.options.ttl);
                 if now < at {
@@ -325,6 +343,9 @@ impl<S: Store + 'static> Leases<S> {
         s.resets_at = now + checked.decision.reset_after();
         if checked.decision.is_allowed() {
             s.granted.add(now, c.cost);
+        }
+        if take.is_none() && matches!(c.limit, Limit::Algorithm(Limiter::FixedWindow(_))) {
+            s.room = Some(checked.decision.remaining());
         }
         if let Decision::Deny { retry_after, .. } = checked.decision {
             let mut until = now + retry_after;
@@ -407,8 +428,32 @@ impl<S: Store + 'static> Leases<S> {
                     .collect();
                 Work::new(items, policy)
             };
-            let reply = self.inner.execute(&work(&steps), deadline).await;
+            let mut reply = self.inner.execute(&work(&steps), deadline).await;
             ::metrics::counter!(metrics::LEASE_STORE_CALL).increment(1);
+            // A fixed window's refused take: retried once as the plain
+            // request (see the module doc).
+            let refused_window = |reply: &Reply, steps: &[Step]| {
+                to_store.iter().zip(&reply.answers).any(|(&i, a)| {
+                    matches!(steps[i], Step::Take(_))
+                        && matches!(items[i].limit, Limit::Algorithm(Limiter::FixedWindow(_)))
+                        && matches!(a, Ok(Answer::Decided(Decided {
+                            decision: Decision::Deny { retry_after, .. },
+                            ..
+                        })) if *retry_after > self.options.ttl)
+                })
+            };
+            if !local_refusal && refused_window(&reply, &steps) {
+                self.end_takes(items, &steps);
+                for &i in &to_store {
+                    if let (Step::Take(_), Limit::Algorithm(Limiter::FixedWindow(_))) =
+                        (steps[i], items[i].limit)
+                    {
+                        steps[i] = Step::Store;
+                    }
+                }
+                reply = self.inner.execute(&work(&steps), deadline).await;
+                ::metrics::counter!(metrics::LEASE_STORE_CALL).increment(1);
+            }
             committed &= reply.committed;
             for (&i, answer) in to_store.iter().zip(reply.answers) {
                 let c = &items[i];
@@ -487,6 +532,7 @@ impl<S: Store + 'static> Leases<S> {
         }
         s.limit = Some(c.limit);
         s.refused_until = None;
+        s.room = None;
         s.granted.add(now, batch);
         s.last_take = now;
         s.resets_at = lease.resets_at;
