@@ -538,13 +538,8 @@ pub fn check_overload(o: &Outcome, instances: usize) {
         let most = per.values().copied().max().unwrap_or(0);
         assert!(most <= OVER_LIMIT, "{most} in one window: {what}");
     }
-    let largest_batch = OVER_LIMIT
-        * if o.algorithm == AlgorithmName::TokenBucket {
-            2
-        } else {
-            1
-        }
-        / 20;
+    let largest_batch =
+        ratelimit::resilience::leases::LeaseOptions::default().largest_batch(model.capacity());
     let slack = instances as u64 * largest_batch * OVERLOAD_SPAN.as_secs() + edges;
     assert!(
         o.admitted + slack >= o.ideal,

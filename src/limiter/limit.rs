@@ -302,6 +302,13 @@ impl Limiter {
         }
     }
 
+    /// Whether room comes back a little at a time (a token bucket, the
+    /// sliding window and log), rather than all at once when a fixed window
+    /// ends.
+    pub fn refills(&self) -> bool {
+        !matches!(self, Limiter::FixedWindow(_))
+    }
+
     /// The most one instant admits: the bucket's burst, else the limit.
     pub fn capacity(&self) -> u64 {
         match self {
@@ -510,6 +517,20 @@ mod tests {
                 l.decide(None, 1, S).0
             );
             assert_eq!(l.expires_after(&foreign, S), Duration::ZERO);
+        }
+    }
+
+    #[test]
+    fn only_a_fixed_window_waits_for_its_end_to_refill() {
+        let s = Duration::from_secs(1);
+        for (a, refills) in [
+            (AlgorithmName::FixedWindow, false),
+            (AlgorithmName::SlidingWindow, true),
+            (AlgorithmName::SlidingLog, true),
+            (AlgorithmName::TokenBucket, true),
+        ] {
+            let l = Limiter::new(a, 10, s, None).expect("valid");
+            assert_eq!(l.refills(), refills, "{a}");
         }
     }
 }

@@ -55,7 +55,7 @@ pub mod rate;
 pub use lease::{Lease, LeaseOptions};
 pub use rate::RateMeter;
 
-use crate::limiter::{Clock, Decision, Limiter};
+use crate::limiter::{Clock, Decision};
 use crate::metrics;
 use crate::store::{
     Answer, Decided, Item, Limit, OnFailure, Policy, Reply, Store, StoreError, StoreErrorKind, Work,
@@ -275,7 +275,7 @@ impl<S: Store + 'static> Leases<S> {
             // A fixed window does not refill before it ends: a short store
             // means the window is nearly spent, not that batches should grow
             // or wait for a refill; what is left is taken at once.
-            let short = s.short && !matches!(limiter, Limiter::FixedWindow(_));
+            let short = s.short && limiter.refills();
             let batch = self
                 .options
                 .batch(rate, c.cost, limiter.capacity(), short)
@@ -344,7 +344,7 @@ impl<S: Store + 'static> Leases<S> {
         if checked.decision.is_allowed() {
             s.granted.add(now, c.cost);
         }
-        if take.is_none() && matches!(c.limit, Limit::Algorithm(Limiter::FixedWindow(_))) {
+        if take.is_none() && matches!(c.limit, Limit::Algorithm(l) if !l.refills()) {
             s.room = Some(checked.decision.remaining());
         }
         if let Decision::Deny { retry_after, .. } = checked.decision {
@@ -435,7 +435,7 @@ impl<S: Store + 'static> Leases<S> {
             let refused_window = |reply: &Reply, steps: &[Step]| {
                 to_store.iter().zip(&reply.answers).any(|(&i, a)| {
                     matches!(steps[i], Step::Take(_))
-                        && matches!(items[i].limit, Limit::Algorithm(Limiter::FixedWindow(_)))
+                        && matches!(items[i].limit, Limit::Algorithm(l) if !l.refills())
                         && matches!(a, Ok(Answer::Decided(Decided {
                             decision: Decision::Deny { retry_after, .. },
                             ..
@@ -445,10 +445,10 @@ impl<S: Store + 'static> Leases<S> {
             if !local_refusal && refused_window(&reply, &steps) {
                 self.end_takes(items, &steps);
                 for &i in &to_store {
-                    if let (Step::Take(_), Limit::Algorithm(Limiter::FixedWindow(_))) =
-                        (steps[i], items[i].limit)
-                    {
-                        steps[i] = Step::Store;
+                    if let (Step::Take(_), Limit::Algorithm(l)) = (steps[i], items[i].limit) {
+                        if !l.refills() {
+                            steps[i] = Step::Store;
+                        }
                     }
                 }
                 reply = self.inner.execute(&work(&steps), deadline).await;
