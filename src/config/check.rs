@@ -36,6 +36,8 @@ pub const VALID_KEYS: &[&str] = &[
     "fallback_requests_per_unit",
     "shards",
     "lease",
+    "calendar",
+    "time_zone",
 ];
 
 /// A failed check: the message and the 1-based line of the offending node.

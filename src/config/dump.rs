@@ -8,7 +8,9 @@ use super::tree::DescriptorTree;
 /// One line per rule:
 /// `<load key>: unit=<UNIT> requests_per_unit=<n>, shadow_mode: <b>, quota_mode: <b>`,
 /// each ending in `\n`; a rule with extension limits adds
-/// `, limits: <algorithm> <n>/<seconds>s[ burst <b>], …` before it. Order is deterministic: domains in load order, a
+/// `, limits: <algorithm> <n>/<seconds>s[ burst <b>], …` before it (a
+/// calendar limit `<n>/calendar <unit> <zone>`), and a calendar rule in
+/// the original's vocabulary `, calendar: <unit> <zone>`. Order is deterministic: domains in load order, a
 /// node before its descendants, siblings in document order.
 pub fn dump(tree: &DescriptorTree) -> String {
     let mut out = String::new();
@@ -20,15 +22,25 @@ pub fn dump(tree: &DescriptorTree) -> String {
             rule.load_key, rule.unit, rule.requests_per_unit, rule.shadow_mode, rule.quota_mode
         );
         // Rules in the original's vocabulary print exactly as the original's.
+        if let Some(calendar) = &rule.calendar {
+            let _ = write!(out, ", calendar: {calendar}");
+        }
         for (i, l) in rule.limits.iter().enumerate() {
             let _ = write!(
                 out,
-                "{} {} {}/{}s",
+                "{} {} {}/",
                 if i == 0 { ", limits:" } else { "," },
                 l.limiter.name(),
                 l.requests_per_unit,
-                l.limiter.period().as_secs()
             );
+            match &l.calendar {
+                Some(calendar) => {
+                    let _ = write!(out, "calendar {calendar}");
+                }
+                None => {
+                    let _ = write!(out, "{}s", l.limiter.period().as_secs());
+                }
+            }
             if let crate::limiter::Limiter::TokenBucket(b) = &l.limiter {
                 let _ = write!(out, " burst {}", b.burst());
             }

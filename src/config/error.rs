@@ -148,6 +148,21 @@ pub enum ConfigErrorKind {
         /// The first thing it uses that the store cannot count.
         feature: &'static str,
     },
+    /// A `time_zone:` that is not in the IANA database.
+    #[error("unknown time_zone '{0}' (expected an IANA name such as Europe/Berlin or UTC)")]
+    UnknownTimeZone(String),
+    /// `calendar: true` on a unit shorter than a day.
+    #[error("calendar windows are days, weeks, months or years, not {0}")]
+    CalendarUnit(crate::limiter::Unit),
+    /// `calendar: true` on an algorithm that has no calendar window.
+    #[error("calendar applies to fixed_window only, not {0}")]
+    CalendarAlgorithm(crate::limiter::AlgorithmName),
+    /// `calendar: true` beside a key it cannot be combined with.
+    #[error("calendar cannot be combined with {0}")]
+    CalendarWith(&'static str),
+    /// `time_zone:` without `calendar: true`.
+    #[error("time_zone applies to calendar windows only")]
+    TimeZoneWithoutCalendar,
     /// Both `rate_limit` and `rate_limits` on one descriptor.
     #[error("a descriptor cannot have both rate_limit and rate_limits")]
     BothRateLimitForms,

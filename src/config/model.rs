@@ -67,6 +67,11 @@ pub(crate) struct RawRateLimit {
     pub(crate) shards: Option<u32>,
     /// Extension: `lease:` (token leasing of a hot limit).
     pub(crate) lease: bool,
+    /// Extension: `calendar:` (calendar windows instead of epoch-aligned).
+    pub(crate) calendar: bool,
+    /// Extension: `time_zone:` of a calendar ("" when absent), and its line.
+    pub(crate) time_zone: String,
+    pub(crate) time_zone_line: usize,
 }
 
 /// One `replaces` entry.
@@ -268,6 +273,11 @@ impl Decoder {
                         }
                         "shards" => rl.shards = self.optional_uint32(value),
                         "lease" => rl.lease = self.bool(value),
+                        "calendar" => rl.calendar = self.bool(value),
+                        "time_zone" => {
+                            rl.time_zone = self.string(value);
+                            rl.time_zone_line = value.line;
+                        }
                         _ => {}
                     }
                 }

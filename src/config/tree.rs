@@ -84,6 +84,10 @@ pub struct RateLimitRule {
     /// What the rule does when the store cannot answer (for a rule in the
     /// original's vocabulary; each extension limit has its own).
     pub failure: FailurePolicy,
+    /// `calendar: true` on a rule in the original's vocabulary: its windows
+    /// are the calendar's, on keys of their own. `None`: the original's
+    /// epoch-aligned windows and keys.
+    pub calendar: Option<crate::limiter::Calendar>,
 }
 
 /// One limit of a rule that uses the extension keys.
@@ -110,6 +114,9 @@ pub struct ConfiguredLimit {
     /// With `shards: K`, the K sub-buckets (see
     /// [`crate::limiter::Limiter::sub_bucket`]); empty otherwise.
     pub sub_buckets: Vec<crate::limiter::Limiter>,
+    /// `calendar: true`: a fixed window over the calendar's periods (the
+    /// limiter then holds the unit's nominal length, for failure floors).
+    pub calendar: Option<crate::limiter::Calendar>,
 }
 
 /// A limit's remedies for a hot key (extensions, both off by default).
@@ -139,9 +146,23 @@ impl RateLimitRule {
             .filter(|n| !n.is_empty())
     }
 
-    /// Whether the rule runs the original's fixed window (no extension key).
+    /// Whether the rule runs the original's fixed window (no extension key
+    /// but `calendar`, which changes only its windows and keys).
     pub fn is_original(&self) -> bool {
         self.limits.is_empty()
+    }
+
+    /// The window that contains `now_secs` of a rule in the original's
+    /// vocabulary: its calendar's period, else the epoch-aligned window of
+    /// its unit. `None` for a unit with no window (`UNKNOWN`).
+    pub fn window_at(&self, now_secs: u64) -> Option<crate::limiter::fixed_window::Window> {
+        match &self.calendar {
+            Some(calendar) => Some(calendar.window_at(now_secs)),
+            None => self
+                .unit
+                .seconds()
+                .map(|s| crate::limiter::fixed_window::Window::containing(now_secs, s)),
+        }
     }
 }
 
@@ -162,6 +183,7 @@ impl RateLimitRule {
             load_key,
             limits: Vec::new(),
             failure: FailurePolicy::default(),
+            calendar: None,
         }
     }
 }

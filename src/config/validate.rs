@@ -9,7 +9,7 @@ use super::failure::{FailureMode, FailurePolicy};
 use super::metadata;
 use super::model::{RawDescriptor, RawFile, RawMetadata, RawRateLimit};
 use super::tree::{ConfiguredLimit, DescriptorTree, HotKeyPolicy, Node, RateLimitRule};
-use crate::limiter::{AlgorithmName, Limiter, Unit};
+use crate::limiter::{AlgorithmName, Calendar, CalendarError, Limiter, Unit};
 
 /// Builds the tree from parsed files. With `merge_domains`, a domain seen
 /// again gets the later file's top-level descriptors appended (a shallow
@@ -81,7 +81,9 @@ fn opt_in_feature(d: &RawDescriptor) -> Option<(usize, &'static str)> {
         return Some((*line, "rate_limits"));
     }
     let rl = d.rate_limit.as_ref()?;
-    let feature = if !rl.algorithm.is_empty() {
+    let feature = if rl.calendar {
+        "calendar"
+    } else if !rl.algorithm.is_empty() {
         "algorithm"
     } else if rl.burst.is_some() {
         "burst"
@@ -120,9 +122,13 @@ fn load_descriptors(
                 d.line,
             ));
         }
-        let (unit, failure) = match &d.rate_limit {
-            Some(rl) => (Some(check_rate_limit(file, rl)?), failure_policy(file, rl)?),
-            None => (None, FailurePolicy::default()),
+        let (unit, failure, calendar) = match &d.rate_limit {
+            Some(rl) => (
+                Some(check_rate_limit(file, rl)?),
+                failure_policy(file, rl)?,
+                calendar_of(file, rl)?,
+            ),
+            None => (None, FailurePolicy::default(), None),
         };
         let (blocks, limits) = extension_limits(file, d)?;
         if d.share_threshold && !composite.contains('*') {
@@ -161,6 +167,7 @@ fn load_descriptors(
                 load_key: load_key.clone(),
                 limits: limits.clone(),
                 failure,
+                calendar: calendar.clone(),
             })
         });
         load_descriptors(file, &mut child, &load_key, &d.descriptors)?;
@@ -208,6 +215,66 @@ fn check_rate_limit(file: &str, rl: &RawRateLimit) -> Result<Unit, ConfigError> 
         }
     }
     Ok(unit)
+}
+
+/// The block's calendar (`calendar`, `time_zone`), checked against the
+/// rest of the block: a day, week, month or year of a fixed window, in a
+/// zone of the IANA database (UTC by default), and nothing that would make
+/// its window other than the calendar's. `None` without `calendar: true`.
+fn calendar_of(file: &str, rl: &RawRateLimit) -> Result<Option<Calendar>, ConfigError> {
+    let err = |kind, line, hint: Option<String>| ConfigError {
+        hint,
+        ..ConfigError::new(file, kind, Some(line))
+    };
+    if !rl.calendar {
+        return match rl.time_zone.is_empty() {
+            true => Ok(None),
+            false => Err(err(
+                ConfigErrorKind::TimeZoneWithoutCalendar,
+                rl.time_zone_line,
+                Some("did you mean to add 'calendar: true'?".into()),
+            )),
+        };
+    }
+    if let Ok(algorithm) = rl.algorithm.parse::<AlgorithmName>() {
+        if algorithm != AlgorithmName::FixedWindow {
+            return Err(err(
+                ConfigErrorKind::CalendarAlgorithm(algorithm),
+                rl.line,
+                Some("did you mean 'algorithm: fixed_window'? (or drop calendar)".into()),
+            ));
+        }
+    }
+    let other = [
+        (rl.unlimited, "unlimited"),
+        (rl.burst.is_some(), "burst"),
+        (
+            rl.unit_multiplier.is_some_and(|m| m != 1),
+            "unit_multiplier",
+        ),
+        (rl.shards.is_some(), "shards"),
+        (rl.lease, "lease"),
+    ];
+    if let Some((_, key)) = other.into_iter().find(|(set, _)| *set) {
+        return Err(err(ConfigErrorKind::CalendarWith(key), rl.line, None));
+    }
+    let unit = Unit::from_name(&rl.unit).unwrap_or(Unit::Unknown);
+    let zone = match rl.time_zone.as_str() {
+        "" => crate::limiter::calendar::DEFAULT_ZONE,
+        zone => zone,
+    };
+    Calendar::new(unit, zone).map(Some).map_err(|e| match e {
+        CalendarError::Unit(unit) => err(
+            ConfigErrorKind::CalendarUnit(unit),
+            rl.line,
+            Some("did you mean 'unit: day'? (windows shorter than a day need no calendar)".into()),
+        ),
+        CalendarError::UnknownZone { name, closest } => err(
+            ConfigErrorKind::UnknownTimeZone(name),
+            rl.time_zone_line,
+            closest.map(|c| format!("did you mean '{c}'?")),
+        ),
+    })
 }
 
 /// The block's `failure_mode` and `fallback_requests_per_unit`, checked.
@@ -324,6 +391,7 @@ fn build_limit(file: &str, rl: &RawRateLimit) -> Result<ConfiguredLimit, ConfigE
         rl.burst.map(u64::from),
     )
     .map_err(|e| err(ConfigErrorKind::InvalidLimit(e)))?;
+    let calendar = calendar_of(file, rl)?;
     let hot = hot_key_policy(rl, &limiter).map_err(err)?;
     let sub_buckets = if hot.shards > 1 {
         let k = u64::from(hot.shards);
@@ -340,10 +408,14 @@ fn build_limit(file: &str, rl: &RawRateLimit) -> Result<ConfiguredLimit, ConfigE
         unit_multiplier: multiplier,
         name: rl.name.clone(),
         limiter,
-        key_suffix: format!("{}:{seconds}s", algorithm.key_tag()),
+        key_suffix: match &calendar {
+            Some(c) => format!("cal:{}", c.unit()),
+            None => format!("{}:{seconds}s", algorithm.key_tag()),
+        },
         failure: failure_policy(file, rl)?,
         hot,
         sub_buckets,
+        calendar,
     })
 }
 
@@ -765,5 +837,134 @@ mod tests {
                 capacity: 3
             }
         );
+    }
+
+    #[test]
+    fn calendar_windows_are_opt_in_and_show_in_the_dump() {
+        let rl = "    rate_limit:\n      unit: month\n      requests_per_unit: 10000\n";
+        let rule = rule_of(&format!("{HEAD}{rl}      calendar: true\n"));
+        assert!(rule.is_original(), "counted the original's way");
+        let c = rule.calendar.as_ref().expect("a calendar");
+        assert_eq!(c.to_string(), "month UTC", "UTC by default");
+        let rule = rule_of(&format!(
+            "{HEAD}{rl}      calendar: true\n      time_zone: Europe/Berlin\n"
+        ));
+        assert_eq!(
+            rule.calendar.as_ref().map(|c| c.zone_name()),
+            Some("Europe/Berlin")
+        );
+        assert_eq!(
+            load_one(&format!("{HEAD}{rl}      calendar: true\n      time_zone: Asia/Kolkata\n"))
+                .unwrap()
+                .dump(),
+            "d.k: unit=MONTH requests_per_unit=10000, shadow_mode: false, quota_mode: false, calendar: month Asia/Kolkata\n"
+        );
+        // `algorithm: fixed_window` is the same rule.
+        let rule = rule_of(&format!(
+            "{HEAD}{rl}      calendar: true\n      algorithm: fixed_window\n"
+        ));
+        assert!(rule.is_original() && rule.calendar.is_some());
+        // `calendar: false` (or none) is the original's rule, unchanged.
+        for extra in ["", "      calendar: false\n"] {
+            let rule = rule_of(&format!("{HEAD}{rl}{extra}"));
+            assert_eq!(rule.calendar, None);
+        }
+        // In rate_limits, each item has its own.
+        let yaml = format!(
+            "{HEAD}    rate_limits:\n      - unit: day\n        requests_per_unit: 500\n        calendar: true\n        time_zone: America/New_York\n      - unit: second\n        requests_per_unit: 10\n"
+        );
+        let rule = rule_of(&yaml);
+        assert_eq!(rule.limits[0].key_suffix, "cal:day");
+        assert_eq!(
+            rule.limits[0]
+                .calendar
+                .as_ref()
+                .map(|c| c.to_string())
+                .as_deref(),
+            Some("day America/New_York")
+        );
+        assert_eq!(rule.limits[1].calendar, None);
+        assert_eq!(
+            load_one(&yaml).unwrap().dump(),
+            "d.k: unit=DAY requests_per_unit=500, shadow_mode: false, quota_mode: false, limits: fixed_window 500/calendar day America/New_York, fixed_window 10/1s\n"
+        );
+    }
+
+    #[test]
+    fn calendar_refusals_say_what_where_and_what_was_meant() {
+        let block = |unit: &str, extra: &str| {
+            format!("{HEAD}    rate_limit:\n      unit: {unit}\n      requests_per_unit: 10\n      calendar: true\n{extra}")
+        };
+        let cases: Vec<(String, ConfigErrorKind, usize, Option<&str>)> = vec![
+            (
+                block("month", "      time_zone: Europe/Berln\n"),
+                ConfigErrorKind::UnknownTimeZone("Europe/Berln".into()),
+                8,
+                Some("did you mean 'Europe/Berlin'?"),
+            ),
+            (
+                block("month", "      time_zone: Mars/Base\n"),
+                ConfigErrorKind::UnknownTimeZone("Mars/Base".into()),
+                8,
+                None,
+            ),
+            (
+                block("hour", ""),
+                ConfigErrorKind::CalendarUnit(crate::limiter::Unit::Hour),
+                5,
+                Some("did you mean 'unit: day'? (windows shorter than a day need no calendar)"),
+            ),
+            (
+                block("day", "      algorithm: token_bucket\n"),
+                ConfigErrorKind::CalendarAlgorithm(AlgorithmName::TokenBucket),
+                5,
+                Some("did you mean 'algorithm: fixed_window'? (or drop calendar)"),
+            ),
+            (
+                block("day", "      algorithm: sliding_window\n"),
+                ConfigErrorKind::CalendarAlgorithm(AlgorithmName::SlidingWindow),
+                5,
+                Some("did you mean 'algorithm: fixed_window'? (or drop calendar)"),
+            ),
+            (
+                block("day", "      unit_multiplier: 2\n"),
+                ConfigErrorKind::CalendarWith("unit_multiplier"),
+                5,
+                None,
+            ),
+            (
+                block("day", "      lease: true\n"),
+                ConfigErrorKind::CalendarWith("lease"),
+                5,
+                None,
+            ),
+            (
+                format!("{HEAD}    rate_limit:\n      unit: day\n      requests_per_unit: 10\n      time_zone: UTC\n"),
+                ConfigErrorKind::TimeZoneWithoutCalendar,
+                7,
+                Some("did you mean to add 'calendar: true'?"),
+            ),
+            (
+                format!("{HEAD}    rate_limits:\n      - unit: second\n        requests_per_unit: 1\n      - unit: week\n        requests_per_unit: 9\n        calendar: true\n        time_zone: Europe/Pariss\n"),
+                ConfigErrorKind::UnknownTimeZone("Europe/Pariss".into()),
+                10,
+                Some("did you mean 'Europe/Paris'?"),
+            ),
+        ];
+        for (yaml, kind, line, hint) in cases {
+            let e = error_of(&yaml);
+            assert_eq!(
+                (&e.kind, e.line, e.hint.as_deref()),
+                (&kind, Some(line), hint),
+                "{yaml}"
+            );
+        }
+        assert_eq!(
+            error_of(&block("month", "      time_zone: Europe/Berln\n")).detailed(),
+            "f.yaml: unknown time_zone 'Europe/Berln' (expected an IANA name such as Europe/Berlin or UTC) (line 8); did you mean 'Europe/Berlin'?"
+        );
+        // A misspelt key is caught by the key check.
+        let e = error_of(&block("day", "      time_zon: UTC\n"));
+        assert_eq!(e.hint.as_deref(), Some("did you mean 'time_zone'?"));
     }
 }

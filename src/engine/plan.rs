@@ -21,7 +21,7 @@ use std::sync::Arc;
 use crate::config::MatchedLimit;
 use crate::limiter::fixed_window::Window;
 use crate::metrics::RuleStats;
-use crate::store::key::{algorithm_key, fixed_window_key, sub_bucket_key};
+use crate::store::key::{algorithm_key, calendar_key, fixed_window_key, sub_bucket_key};
 use crate::store::{Item, Limit, OriginalWindow, Placement, Policy, Work};
 
 use super::types::RateLimitRequest;
@@ -121,7 +121,9 @@ impl Plan {
 
     /// Adds descriptor `index` (matched to `limit`, costing `hits`);
     /// `cached_over(key, now)` asks the local over-limit cache about an
-    /// original counter, and `ttl(length)` gives an original key's TTL.
+    /// original counter, and `ttl(seconds)` gives the TTL of a key that
+    /// must live `seconds` (an epoch window's length; what is left of a
+    /// calendar's period, so that the key ends with it).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn add(
         &mut self,
@@ -142,21 +144,36 @@ impl Plan {
         let shape = if limit.rule.is_original() {
             // Validation refuses other units, and overrides with UNKNOWN
             // are rejected by the lookup.
-            let Some(unit_seconds) = limit.rule.unit.seconds() else {
+            let Some(window) = limit.rule.window_at(now_secs) else {
                 return;
             };
-            let window = Window::containing(now_secs, unit_seconds);
-            let key = fixed_window_key(
-                options.prefix,
-                &request.domain,
-                entries,
-                pattern,
-                window.start,
-            );
+            let (key, ttl_seconds) = match &limit.rule.calendar {
+                Some(calendar) => (
+                    calendar_key(
+                        options.prefix,
+                        &request.domain,
+                        entries,
+                        pattern,
+                        calendar.unit(),
+                        window.start,
+                    ),
+                    ttl(window.reset_after(now_secs)),
+                ),
+                None => (
+                    fixed_window_key(
+                        options.prefix,
+                        &request.domain,
+                        entries,
+                        pattern,
+                        window.start,
+                    ),
+                    ttl(window.length),
+                ),
+            };
             let original = OriginalWindow {
                 limit: u64::from(limit.rule.requests_per_unit),
                 window,
-                ttl_seconds: ttl(window.length),
+                ttl_seconds,
             };
             let item = |limit, binding| options.item(key.clone(), limit, hits, binding);
             let on_failure = options
@@ -192,6 +209,33 @@ impl Plan {
             // use the same sub-bucket, on one slot.
             let pick = rand::random::<u32>();
             for l in &limit.rule.limits {
+                let on_failure = options
+                    .failure
+                    .on_failure(&l.failure, u64::from(l.requests_per_unit));
+                if let Some(calendar) = &l.calendar {
+                    // A calendar's fixed window: a counter of the period,
+                    // decided before it is counted, as the original's
+                    // window is under ALL_OR_NOTHING.
+                    let window = calendar.window_at(now_secs);
+                    let key = calendar_key(
+                        options.prefix,
+                        &request.domain,
+                        entries,
+                        pattern,
+                        calendar.unit(),
+                        window.start,
+                    );
+                    let original = OriginalWindow {
+                        limit: u64::from(l.requests_per_unit),
+                        window,
+                        ttl_seconds: ttl(window.reset_after(now_secs)),
+                    };
+                    items.push(Item {
+                        on_failure,
+                        ..options.item(key, Limit::Window(original), hits, binding)
+                    });
+                    continue;
+                }
                 let (key, limiter) = match u8::try_from(l.sub_buckets.len()) {
                     Ok(k @ 2..) => {
                         // < k ≤ 64.
@@ -218,9 +262,6 @@ impl Plan {
                         l.limiter,
                     ),
                 };
-                let on_failure = options
-                    .failure
-                    .on_failure(&l.failure, u64::from(l.requests_per_unit));
                 items.push(Item {
                     on_failure,
                     lease: l.hot.lease,

@@ -50,6 +50,16 @@ pub(crate) fn current_limit(rule: &crate::config::RateLimitRule) -> CurrentLimit
     }
 }
 
+/// `limit` over the window it counts: a calendar period's own length (a
+/// month of 28 to 31 days, a day of 23 to 25 hours), which for an
+/// epoch-aligned window is its unit's.
+fn windowed(limit: CurrentLimit, window: Window) -> CurrentLimit {
+    CurrentLimit {
+        window_seconds: window.length,
+        ..limit
+    }
+}
+
 /// An answer as the store's decision; a failure policy's with no count.
 fn as_decided(a: &Answer) -> Decided {
     match a {
@@ -112,7 +122,7 @@ fn counted(
     };
     DescriptorStatus {
         code,
-        current_limit: Some(current_limit(rule)),
+        current_limit: Some(windowed(current_limit(rule), window)),
         limit_remaining: verdict.remaining,
         duration_until_reset: Some(Duration::from_secs(window.reset_after(now_secs))),
     }
@@ -141,7 +151,7 @@ fn by_policy(d: &Planned, window: Window, policy: &PolicyAnswer, now: u64) -> De
     };
     DescriptorStatus {
         code,
-        current_limit: Some(current_limit(rule)),
+        current_limit: Some(windowed(current_limit(rule), window)),
         limit_remaining: u32::try_from(policy.decision.remaining()).unwrap_or(u32::MAX),
         duration_until_reset: Some(until),
     }
@@ -179,7 +189,10 @@ fn decided(
                     } else {
                         l.name.clone()
                     },
-                    window_seconds: l.limiter.period().as_secs(),
+                    window_seconds: match &l.calendar {
+                        Some(c) => c.window_at(now_secs).length,
+                        None => l.limiter.period().as_secs(),
+                    },
                     burst: matches!(l.limiter, crate::limiter::Limiter::TokenBucket(_))
                         .then(|| l.limiter.capacity()),
                 },

@@ -465,3 +465,63 @@ async fn a_sharded_limit_reports_the_logical_limit() {
         "a sub-bucket of 100 with 99 left"
     );
 }
+
+/// 2026-12-31T23:59:00 in Asia/Kolkata (18:29:00 UTC): a minute before
+/// the month (and year) ends there, while in UTC it is still 31 December.
+const KOLKATA_NEW_YEAR_MINUS_60: u64 = 1_798_741_740;
+
+#[tokio::test]
+async fn a_calendar_month_counts_its_limit_and_resets_at_the_zones_month_end() {
+    let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: month\n      requests_per_unit: 3\n      calendar: true\n      time_zone: Asia/Kolkata\n";
+    let f = fixture(yaml, EngineOptions::default());
+    f.clock.set(Duration::from_secs(KOLKATA_NEW_YEAR_MINUS_60));
+    assert_eq!(f.admitted(&[&[("k", "")]], 5).await, 3);
+    let s = &f.ask(&[&[("k", "")]], 1).await.statuses[0];
+    assert_eq!(s.code, Code::OverLimit);
+    assert_eq!(
+        s.duration_until_reset,
+        Some(60 * S),
+        "at the zone's month end"
+    );
+    let limit = s.current_limit.as_ref().expect("a limit");
+    assert_eq!(limit.unit, Unit::Month);
+    assert_eq!(limit.window_seconds, 31 * 86_400, "December's length");
+    f.clock.advance(59 * S);
+    assert_eq!(f.admitted(&[&[("k", "")]], 1).await, 0, "still December");
+    f.clock.advance(S);
+    assert_eq!(f.admitted(&[&[("k", "")]], 5).await, 3, "January is fresh");
+    let s = &f.ask(&[&[("k", "")]], 1).await.statuses[0];
+    assert_eq!(s.duration_until_reset, Some(31 * 86_400 * S));
+}
+
+#[tokio::test]
+async fn a_calendar_limit_in_rate_limits_is_decided_all_or_nothing() {
+    // A day in New York and 2 a second: a request the day refuses takes
+    // nothing from the second's limit, and the other way round.
+    let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n      - unit: day\n        requests_per_unit: 3\n        calendar: true\n        time_zone: America/New_York\n      - unit: second\n        requests_per_unit: 2\n";
+    let f = fixture(yaml, EngineOptions::default());
+    // 2026-03-07T23:59:30 in New York (EST): the next day has 23 hours.
+    f.clock.set(Duration::from_secs(1_772_945_970));
+    assert_eq!(
+        f.admitted(&[&[("k", "")]], 3).await,
+        2,
+        "the second's limit"
+    );
+    f.clock.advance(S);
+    assert_eq!(f.admitted(&[&[("k", "")]], 3).await, 1, "the day's third");
+    let s = &f.ask(&[&[("k", "")]], 1).await.statuses[0];
+    assert_eq!(s.code, Code::OverLimit);
+    assert_eq!(s.duration_until_reset, Some(29 * S), "midnight in New York");
+    f.clock.advance(29 * S);
+    let s = &f.ask(&[&[("k", "")]], 1).await.statuses[0];
+    assert_eq!(s.code, Code::Ok, "a new day");
+    f.clock.advance(S);
+    assert_eq!(f.admitted(&[&[("k", "")]], 3).await, 2);
+    let s = &f.ask(&[&[("k", "")]], 0).await.statuses[0];
+    assert_eq!(
+        s.current_limit.as_ref().map(|c| c.window_seconds),
+        Some(23 * 3_600),
+        "the day clocks go forward"
+    );
+    assert_eq!(s.limit_remaining, 0);
+}

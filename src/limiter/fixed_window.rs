@@ -8,10 +8,12 @@
 //! window, `limit` at the start of the next). That is the original's
 //! behaviour and the default; other algorithms are opt-in.
 
-/// The window of `unit_seconds` containing `now`: `[start, start + unit)`.
+/// A window of whole seconds, `[start, start + length)`: epoch-aligned
+/// (the original's, [`Window::containing`]) or a calendar period
+/// ([`super::calendar::Calendar::window_at`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Window {
-    /// Epoch-aligned start, in Unix seconds.
+    /// Start, in Unix seconds.
     pub start: u64,
     /// Length in seconds (≥ 1).
     pub length: u64,
@@ -27,9 +29,17 @@ impl Window {
         }
     }
 
-    /// Seconds until the window ends: `U − (now mod U)`, in `[1, U]`.
+    /// Seconds until the window ends, in `[1, length]`: `start + length −
+    /// now` for a `now` inside it, which for an epoch-aligned window is the
+    /// original's `U − (now mod U)`; 1 once it has ended.
     pub fn reset_after(&self, now: u64) -> u64 {
-        self.length - now % self.length
+        let length = self.length.max(1);
+        (self.start + length).saturating_sub(now).clamp(1, length)
+    }
+
+    /// The first second after the window.
+    pub fn end(&self) -> u64 {
+        self.start + self.length
     }
 }
 
@@ -192,5 +202,12 @@ mod tests {
         assert_eq!(w.reset_after(2222), 58);
         assert_eq!(Window::containing(1200, 60).reset_after(1200), 60);
         assert_eq!(Window::containing(1234, 1).start, 1234);
+        // A window that is not epoch-aligned resets at its own end.
+        let w = Window {
+            start: 1000,
+            length: 90,
+        };
+        assert_eq!((w.reset_after(1000), w.reset_after(1089)), (90, 1));
+        assert_eq!(w.reset_after(5000), 1, "an ended window resets at once");
     }
 }

@@ -2,6 +2,8 @@
 //! and `now`, so each is unit-testable without a store.
 //!
 //! - [`Unit`]: a limit's time unit, numbered as Envoy's enum;
+//! - [`calendar`]: calendar windows (day, ISO week, month, year) in a time
+//!   zone, the opt-in alternative to epoch-aligned windows;
 //! - [`clock`]: the injected time source;
 //! - [`fixed_window`]: the original's algorithm and status arithmetic (the
 //!   default; up to 2 × limit across a window boundary);
@@ -17,6 +19,7 @@
 //!   retry time that is always positive.
 
 pub mod algorithm;
+pub mod calendar;
 pub mod clock;
 pub mod decision;
 pub mod fixed_window;
@@ -31,6 +34,7 @@ pub mod unit;
 pub mod window_counter;
 
 pub use algorithm::Algorithm;
+pub use calendar::{Calendar, CalendarError, CalendarUnit};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, InvalidLimit};
 pub use gcra::{Gcra, GcraState};

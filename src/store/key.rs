@@ -9,6 +9,7 @@
 //! original's format and must stay for compatibility.
 
 use crate::config::Entry;
+use crate::limiter::CalendarUnit;
 
 /// The key of the window that starts at `window_start` (unix seconds,
 /// a multiple of the window length). `pattern`, from `share_threshold`, gives
@@ -50,6 +51,29 @@ pub fn algorithm_key(
     key.push_str("}:");
     key.push_str(suffix);
     key
+}
+
+/// The key of one calendar period's counter of a descriptor:
+/// [`algorithm_key`] with the suffix `cal:<unit>:<period start>`, e.g.
+/// `rl2:{d_k_v_}:cal:month:1764547200`. It names its period, as the
+/// original's key names its window, and never meets one of the original's
+/// keys (`rl2:`), so a calendar rule and an epoch-aligned rule of the same
+/// unit keep separate counts.
+pub fn calendar_key(
+    prefix: &str,
+    domain: &str,
+    entries: &[Entry],
+    pattern: Option<&[String]>,
+    unit: CalendarUnit,
+    period_start: u64,
+) -> String {
+    algorithm_key(
+        prefix,
+        domain,
+        entries,
+        pattern,
+        &format!("cal:{unit}:{period_start}"),
+    )
 }
 
 /// The key of the decision audit's reference of one limit of a descriptor:
@@ -254,6 +278,22 @@ mod tests {
         assert_eq!(
             algorithm_key("", "d", &plain, Some(&shared), "tb:1s"),
             "rl2:{d_k_*_}:tb:1s"
+        );
+    }
+
+    #[test]
+    fn a_calendar_key_names_its_period_and_shares_the_descriptors_slot() {
+        let plain = [Entry::new("k", "v")];
+        let key = calendar_key("p_", "d", &plain, None, CalendarUnit::Month, 1_764_547_200);
+        assert_eq!(key, "p_rl2:{d_k_v_}:cal:month:1764547200");
+        assert_eq!(
+            fred::util::redis_keyslot(key.as_bytes()),
+            fred::util::redis_keyslot(algorithm_key("p_", "d", &plain, None, "fw:60s").as_bytes())
+        );
+        assert_ne!(
+            key,
+            fixed_window_key("p_", "d", &plain, None, 1_764_547_200),
+            "never the original's key"
         );
     }
 

@@ -38,9 +38,7 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 use super::{
     Answer, Decided, Limit, OriginalWindow, Policy, Reply, Store, StoreError, StoreErrorKind, Work,
 };
-use crate::limiter::{
-    Algorithm, Clock, Decision, FixedWindowCounter, Limiter, LimiterState, WindowCount,
-};
+use crate::limiter::{Algorithm, Clock, Decision, Limiter, LimiterState, WindowCount};
 
 const SHARDS: usize = 64;
 
@@ -339,7 +337,7 @@ impl Drop for SweeperGuard {
 
 #[async_trait]
 impl Store for MemoryStore {
-    /// Nothing here can fail but an original window that cannot be built.
+    /// Nothing here can fail but a full store (`MEMORY_MAX_KEYS`).
     async fn execute(&self, work: &Work, _deadline: Option<tokio::time::Instant>) -> Reply {
         match self.apply(work) {
             Ok(reply) => reply,
@@ -440,18 +438,20 @@ impl MemoryStore {
                     results.push((w.decision(after, now_secs), after, after));
                 }
                 Limit::Window(w) => {
-                    let limiter = original_window(w)?;
-                    let state = pending.get(&id).cloned().or_else(|| {
-                        Some(LimiterState::FixedWindow(WindowCount {
-                            window_start: Duration::from_secs(w.window.start),
-                            count: locked.counter(id, now_secs),
-                        }))
-                    });
-                    let before = window_count(&state);
-                    let (decision, next) = limiter.decide(state, item.cost, now);
+                    // The key names the window (epoch-aligned or a
+                    // calendar's), so its counter is the window's.
+                    let before = match pending.get(&id) {
+                        Some(state) => window_count(&Some(state.clone())),
+                        None => locked.counter(id, now_secs),
+                    };
+                    let decision = w.decide(before, item.cost, now_secs);
                     let mut after = before;
                     if decision.is_allowed() && item.cost > 0 {
-                        after = window_count(&Some(next.clone()));
+                        after = before + item.cost;
+                        let next = LimiterState::FixedWindow(WindowCount {
+                            window_start: Duration::from_secs(w.window.start),
+                            count: after,
+                        });
                         pending.insert(id, next);
                         writes.push((id, Write::Counter(*w, after)));
                     }
@@ -528,21 +528,6 @@ fn window_count(state: &Option<LimiterState>) -> u64 {
         Some(LimiterState::FixedWindow(w)) => w.count,
         _ => 0,
     }
-}
-
-/// The original's window as a [`Limiter`] over the window's length (its key
-/// already names the window). Proto units give windows of one second to a
-/// year, all valid; anything else is refused rather than trusted.
-fn original_window(w: &OriginalWindow) -> Result<Limiter, StoreError> {
-    let length = w.window.length;
-    FixedWindowCounter::new(w.limit, Duration::from_secs(length))
-        .map(Limiter::FixedWindow)
-        .map_err(|e| {
-            StoreError::new(
-                StoreErrorKind::Rejected,
-                format!("fixed window of {length} s: {e}"),
-            )
-        })
 }
 
 #[cfg(test)]

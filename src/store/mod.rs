@@ -69,6 +69,32 @@ impl OriginalWindow {
     }
 }
 
+impl OriginalWindow {
+    /// The decision before counting ([`Limit::Window`]) on a counter that
+    /// holds `count`: `cost` fits iff `count + cost ≤ limit`, a cost above
+    /// the limit never does, and the window's end is the reset and the
+    /// retry.
+    pub fn decide(&self, count: u64, cost: u64, now_secs: u64) -> Decision {
+        let reset = Duration::from_secs(self.window.reset_after(now_secs));
+        if cost > self.limit {
+            Decision::ExceedsCapacity {
+                capacity: self.limit,
+                reset_after: reset,
+            }
+        } else if count <= self.limit - cost {
+            Decision::Allow {
+                remaining: self.limit - count - cost,
+                reset_after: reset,
+            }
+        } else {
+            Decision::Deny {
+                retry_after: reset,
+                reset_after: reset,
+            }
+        }
+    }
+}
+
 /// What decides one [`Item`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Limit {
