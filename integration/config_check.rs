@@ -143,3 +143,46 @@ fn the_examples_pass_and_algorithm_mistakes_are_named() {
     let o = run(&["-config_dir", d]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("did you mean 'burst'?"));
 }
+
+#[test]
+fn a_bad_calendar_is_refused_with_file_line_and_hint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().to_str().expect("utf-8 path");
+    write(
+        dir.path(),
+        "a.yaml",
+        "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: month\n      requests_per_unit: 10000\n      calendar: true\n      time_zone: Europe/Berln\n",
+    );
+    let o = run(&["-config_dir", d]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stdout(&o).ends_with(&format!(
+            "error loading rate limit configs: {d}/a.yaml: unknown time_zone 'Europe/Berln' (expected an IANA name such as Europe/Berlin or UTC)\n"
+        )),
+        "{}",
+        stdout(&o)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&format!("{d}/a.yaml:8")), "{err}");
+    assert!(err.contains("did you mean 'Europe/Berlin'?"), "{err}");
+    // A calendar on a unit it does not fit.
+    write(
+        dir.path(),
+        "a.yaml",
+        "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5, calendar: true}\n",
+    );
+    let o = run(&["-config_dir", d]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).contains("calendar windows are days, weeks, months or years, not MINUTE"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&format!("{d}/a.yaml:4")), "{err}");
+    assert!(err.contains("did you mean 'unit: day'?"), "{err}");
+    // And a good one.
+    write(
+        dir.path(),
+        "a.yaml",
+        "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: week, requests_per_unit: 5, calendar: true, time_zone: Asia/Kolkata}\n",
+    );
+    let o = run(&["-config_dir", d]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+}

@@ -2,7 +2,8 @@
 //! the original's counter arithmetic with keys seeded as the original
 //! writes them, the local cache, STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT,
 //! per-second Redis, outage and recovery, share threshold, commands per
-//! decision, and exact admission under concurrency across four instances.
+//! decision, exact admission under concurrency across four instances, and
+//! calendar windows (with the memory store beside them).
 
 // Tests and the load tool measure the real elapsed time of real processes.
 #![allow(clippy::disallowed_types)]
@@ -1017,4 +1018,147 @@ async fn several_limits_single() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_limits_cluster() {
     several_limits(&Redis::Cluster(RedisCluster::start())).await;
+}
+
+const CALENDARS: &str = "
+domain: cal
+descriptors:
+  - key: plan
+    rate_limit: {unit: month, requests_per_unit: 3, calendar: true, time_zone: Asia/Kolkata}
+  - key: daily
+    rate_limits:
+      - {unit: day, requests_per_unit: 2, calendar: true, time_zone: America/New_York}
+      - {unit: second, requests_per_unit: 100}
+  - key: epoch
+    rate_limit: {unit: day, requests_per_unit: 5}
+";
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+}
+
+/// The calendar's current period, at least `margin` seconds before its
+/// end (waits past an end that is closer).
+fn period_away_from_its_end(
+    calendar: &ratelimit::limiter::Calendar,
+    margin: u64,
+) -> ratelimit::limiter::fixed_window::Window {
+    for _ in 0..=margin * 5 {
+        let now = unix_now();
+        let w = calendar.window_at(now);
+        if w.end() - now > margin {
+            return w;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("no period with {margin} s to spare");
+}
+
+/// Calendar windows on the store: a month in Asia/Kolkata counted the
+/// original's way and a New York day decided all or nothing, each on a key
+/// that names its period and expires with it, the reset at the period's
+/// end; a rule without `calendar` keeps the original's key. `None`: the
+/// memory store, whose keys are not visible.
+async fn calendar_windows(redis: Option<&Redis>) {
+    use ratelimit::limiter::{Calendar, Unit};
+    let env = match redis {
+        Some(redis) => redis.env(),
+        None => vec![("BACKEND_TYPE".into(), "memory".into())],
+    };
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let svc = Service::start(&[("rules.yaml", CALENDARS)], &env);
+    let mut c = svc.client().await;
+    let month = Calendar::new(Unit::Month, "Asia/Kolkata").expect("a zone");
+    let day = Calendar::new(Unit::Day, "America/New_York").expect("a zone");
+    let (m, d) = (
+        period_away_from_its_end(&month, 30),
+        period_away_from_its_end(&day, 30),
+    );
+    let reset_of = |r: &envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse| {
+        r.statuses[0]
+            .duration_until_reset
+            .as_ref()
+            .map_or(0, |d| d.seconds as u64)
+    };
+    for (i, want) in [OK, OK, OK, OVER].into_iter().enumerate() {
+        let before = unix_now();
+        let r = call(&mut c, request("cal", vec![desc(&[("plan", "acme")])]))
+            .await
+            .expect("call");
+        assert_eq!(r.overall_code, want, "month request {i}");
+        let reset = reset_of(&r);
+        assert!(
+            (m.end() - unix_now() - 1..=m.end() - before).contains(&reset),
+            "the month resets at its end in Kolkata: {reset} s, ends at {}",
+            m.end()
+        );
+        let limit = r.statuses[0].current_limit.as_ref().expect("a limit");
+        assert_eq!(limit.unit, 5, "MONTH");
+    }
+    if let Some(redis) = redis {
+        calendar_keys(redis, m);
+    }
+    for want in [OK, OK, OVER, OVER] {
+        let r = call(&mut c, request("cal", vec![desc(&[("daily", "x")])]))
+            .await
+            .expect("call");
+        assert_eq!(r.overall_code, want);
+        if want == OVER {
+            let reset = reset_of(&r);
+            let left = d.end() - unix_now();
+            assert!(
+                (left.saturating_sub(2)..=left + 1).contains(&reset),
+                "midnight in New York: {reset} s, {left} s left"
+            );
+        }
+    }
+    let r = call(&mut c, request("cal", vec![desc(&[("epoch", "x")])]))
+        .await
+        .expect("call");
+    assert_eq!(r.overall_code, OK);
+    if let Some(redis) = redis {
+        day_keys(redis, d);
+    }
+}
+
+/// The month's key names its period and ends with it.
+fn calendar_keys(redis: &Redis, m: ratelimit::limiter::fixed_window::Window) {
+    let month_key = format!("rl2:{{cal_plan_acme_}}:cal:month:{}", m.start);
+    assert_eq!(redis.cli(&["get", &month_key]), "4", "every hit counted");
+    let ttl: u64 = redis.cli(&["ttl", &month_key]).parse().expect("a TTL");
+    let left = m.end() - unix_now();
+    assert!(
+        (left.saturating_sub(5)..=left + 1).contains(&ttl),
+        "the key ends with the month: TTL {ttl}, {left} s left"
+    );
+}
+
+/// The day's key counts only what it admitted and ends with the day; the
+/// rule without `calendar` keeps the original's key, byte for byte.
+fn day_keys(redis: &Redis, d: ratelimit::limiter::fixed_window::Window) {
+    let day_key = format!("rl2:{{cal_daily_x_}}:cal:day:{}", d.start);
+    assert_eq!(redis.cli(&["get", &day_key]), "2", "only admitted requests");
+    let ttl: u64 = redis.cli(&["ttl", &day_key]).parse().expect("a TTL");
+    assert!(ttl <= d.end() - unix_now() + 1 && ttl + 5 >= d.end() - unix_now());
+    let now = unix_now();
+    let original = format!("cal_epoch_x_{}", now - now % 86_400);
+    assert_eq!(redis.cli(&["get", &original]), "1", "{original}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calendar_windows_single() {
+    calendar_windows(Some(&Redis::Single(RedisServer::start()))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calendar_windows_memory() {
+    calendar_windows(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calendar_windows_cluster() {
+    calendar_windows(Some(&Redis::Cluster(RedisCluster::start()))).await;
 }

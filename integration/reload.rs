@@ -436,6 +436,25 @@ async fn broken_file_keeps_last_good(watch_root: bool) {
     assert!(config_error.line.is_some(), "{config_error:?}");
     assert!(error.detailed().contains("(line "), "{}", error.detailed());
 
+    // A calendar in a zone that does not exist: refused the same way,
+    // with the line of the zone and the name that was meant.
+    let failures = status.failures;
+    let bad_zone = "domain: broken\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: month\n      requests_per_unit: 1\n      calendar: true\n      time_zone: Europe/Lisbn\n";
+    layout.write("bad.yaml", bad_zone);
+    run.eventually("a failed load", |r| r.status().failures > failures)
+        .await;
+    let status = run.status();
+    assert!(run.has("d", 1), "last good config kept: {}", run.dump());
+    assert_eq!(status.generation, before.generation, "{status:?}");
+    let error = status.last_error.as_ref().expect("error recorded");
+    assert!(
+        error
+            .detailed()
+            .ends_with("(line 8); did you mean 'Europe/Lisbon'?"),
+        "{}",
+        error.detailed()
+    );
+
     layout.write("bad.yaml", &rule("broken", 7));
     run.eventually("the fixed file", |r| r.has("broken", 7) && r.has("d", 1))
         .await;

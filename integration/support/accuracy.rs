@@ -27,6 +27,10 @@
 //! - `leased`: 300 requests on a `lease: true` limit of 100 per hour: never
 //!   above 100, and at most instances × largest batch (5 % of the limit)
 //!   below it;
+//! - `calendar month`: the same callers, 300 requests on a calendar month
+//!   of 100 in Asia/Kolkata (`calendar: true`, fixed window only): exactly
+//!   100 (where the month starts and ends is the unit tests', on an
+//!   injected clock);
 //! - `overload 1.5x` / `overload 5x` ([`overload`]): a `lease: true` limit
 //!   of 200 per second (token bucket: burst 400) offered 1.5 or 5 times
 //!   that, paced, for 6 s, over the instances: never above the
@@ -79,6 +83,12 @@ pub fn rules() -> String {
         out.push_str(&format!(
             "  - key: alg\n    value: {a}\n    descriptors:\n      - key: run\n        rate_limit: {{unit: second, requests_per_unit: {LIMIT}{extra}}}\n      - key: hot\n        rate_limit: {{unit: hour, requests_per_unit: {HOT_LIMIT}{extra}}}\n      - key: down\n        rate_limit: {{unit: hour, requests_per_unit: {HOT_LIMIT}{extra}, failure_mode: open, fallback_requests_per_unit: {FLOOR}}}\n      - key: sharded\n        rate_limit: {{unit: hour, requests_per_unit: {HOT_LIMIT}{extra}, shards: {SHARDS}}}\n"
         ));
+        // Calendar windows are fixed windows.
+        if a == AlgorithmName::FixedWindow {
+            out.push_str(&format!(
+                "      - key: month\n        rate_limit: {{unit: month, requests_per_unit: {HOT_LIMIT}, calendar: true, time_zone: Asia/Kolkata}}\n"
+            ));
+        }
         // An exact log lends nothing out (`lease` is refused on it).
         if a != AlgorithmName::SlidingLog {
             out.push_str(&format!(
@@ -328,6 +338,14 @@ impl Spread {
         ideal: HOT_LIMIT,
     };
 
+    /// Three times the limit on a calendar month (see the module doc).
+    pub const CALENDAR_MONTH: Spread = Spread {
+        pattern: "calendar month",
+        key: "month",
+        sent: 3 * HOT_LIMIT,
+        ideal: HOT_LIMIT,
+    };
+
     /// With the store down (the caller paused it): 200 requests on one key
     /// of the `down` rule. Each instance's floor admits exactly [`FLOOR`],
     /// so the fleet admits exactly instances × [`FLOOR`]: stricter than the
@@ -547,6 +565,18 @@ pub fn check_overload(o: &Outcome, instances: usize) {
     );
 }
 
+/// Returns once the calendar month of the `month` rule has a minute left
+/// (at once but in the last minute of a month in Asia/Kolkata).
+async fn month_away_from_its_end() {
+    use ratelimit::limiter::{Calendar, Unit};
+    let month = Calendar::new(Unit::Month, "Asia/Kolkata").expect("a zone");
+    let now = now().as_secs();
+    let end = month.window_at(now).end();
+    if end - now < 60 {
+        tokio::time::sleep(Duration::from_secs(end - now + 1)).await;
+    }
+}
+
 /// The outage pattern for every algorithm, on `instances` whose Redis
 /// `pause(true)` stops and `pause(false)` resumes.
 pub async fn run_outage(store: &str, instances: &[Service], pause: impl Fn(bool)) -> Vec<Outcome> {
@@ -586,6 +616,10 @@ pub async fn run_all(store: &str, instances: &[Service]) -> Vec<Outcome> {
         if a != AlgorithmName::SlidingLog {
             out.push(Spread::LEASED.run(store, instances, a).await);
         }
+        if a == AlgorithmName::FixedWindow {
+            month_away_from_its_end().await;
+            out.push(Spread::CALENDAR_MONTH.run(store, instances, a).await);
+        }
     }
     out
 }
@@ -599,6 +633,7 @@ pub fn check(outcomes: &[Outcome]) {
         let what = o.row();
         match (o.pattern, o.algorithm) {
             ("concurrent", _) => assert_eq!(o.admitted, o.ideal, "race excess: {what}"),
+            ("calendar month", _) => assert_eq!(o.admitted, o.ideal, "the month: {what}"),
             ("outage", _) => assert_eq!(o.admitted, o.ideal, "the fleet's floor: {what}"),
             ("sharded 2x", _) => {
                 assert!(o.admitted <= o.ideal, "never above the limit: {what}");
