@@ -325,7 +325,7 @@ fn restart_refuses_a_port_taken_by_someone_else() {
     redis.kill();
     let dir = tempfile::tempdir().expect("tempdir");
     let foreign = Foreign(
-        Command::new("redis-server")
+        Command::new(support::redis::Flavor::current().server())
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
@@ -351,4 +351,25 @@ fn restart_refuses_a_port_taken_by_someone_else() {
     assert!(message.contains("did not restart"), "{message}");
     assert!(!redis.is_running());
     drop(foreign);
+}
+
+/// `RATELIMIT_TEST_SERVER=valkey` really runs Valkey (the test command runs
+/// the store tests on both): its `INFO server` names a `valkey_version`,
+/// which Redis's does not.
+#[test]
+fn the_servers_are_the_flavor_asked_for() {
+    let redis = RedisServer::start();
+    let info = redis.cli(&["INFO", "server"]);
+    let valkey = info.lines().find_map(|l| l.strip_prefix("valkey_version:"));
+    match support::redis::Flavor::current() {
+        support::redis::Flavor::Valkey => {
+            let version = valkey.expect("a Valkey server");
+            println!("valkey {version}");
+        }
+        support::redis::Flavor::Redis => {
+            assert!(valkey.is_none(), "a Redis server: {info}");
+            let version = info.lines().find_map(|l| l.strip_prefix("redis_version:"));
+            println!("redis {}", version.expect("a redis_version"));
+        }
+    }
 }

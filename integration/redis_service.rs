@@ -403,6 +403,40 @@ async fn mixed_requests_are_one_trip(redis: &Redis) {
     assert_eq!(r.statuses[0].limit_remaining, 999);
 }
 
+/// A server that lost its scripts (`SCRIPT FLUSH`, a restart without
+/// persistence, a failover to a replica that never loaded them) answers
+/// `NOSCRIPT`; the service loads the script again and decides, on Redis 7
+/// and on Valkey 8, whose NOSCRIPT text differs after the code.
+async fn lost_scripts_are_loaded_again(redis: &Redis) {
+    let svc = start(redis, &[]);
+    let value = format!("noscript{}", unix_now());
+    assert_eq!(one(&svc, "l5", &value, None).await, (OK, 4));
+    let ports: Vec<u16> = match redis {
+        Redis::Single(s) => vec![s.port],
+        Redis::Cluster(c) => c
+            .primaries()
+            .iter()
+            .filter_map(|a| a.rsplit_once(':').and_then(|(_, p)| p.parse().ok()))
+            .collect(),
+        Redis::Sentinel(s) => vec![s.primary_port()],
+    };
+    for port in ports {
+        let flushed = support::redis::redis_cli(port, &["SCRIPT", "FLUSH"]).text();
+        assert_eq!(flushed, "OK", "port {port}");
+    }
+    assert_eq!(
+        one(&svc, "l5", &value, None).await,
+        (OK, 3),
+        "decided after the flush"
+    );
+    // A decided limit (a token bucket) runs the same script.
+    let mut c = svc.client().await;
+    let r = call(&mut c, request("d", vec![desc(&[("tb", &value)])]))
+        .await
+        .expect("call");
+    assert_eq!(r.overall_code, OK);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn single_redis() {
     let redis = Redis::Single(RedisServer::start());
@@ -413,6 +447,7 @@ async fn single_redis() {
     share_threshold(&redis).await;
     one_script_per_decision(&redis).await;
     mixed_requests_are_one_trip(&redis).await;
+    lost_scripts_are_loaded_again(&redis).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -424,6 +459,7 @@ async fn redis_cluster() {
     share_threshold(&redis).await;
     one_script_per_decision(&redis).await;
     mixed_requests_are_one_trip(&redis).await;
+    lost_scripts_are_loaded_again(&redis).await;
 }
 
 /// SECOND limits go only to the per-second Redis.

@@ -1,7 +1,9 @@
 //! Real Redis servers for tests: a single server, a 6-node cluster and a
 //! sentinel group, each started by the test itself from the `redis-server`
 //! binary on free loopback ports (127.0.0.1 only), in a temporary directory
-//! of its own, with persistence off.
+//! of its own, with persistence off. With `RATELIMIT_TEST_SERVER=valkey`
+//! every server is a Valkey one (`valkey-server`, `valkey-cli`) instead:
+//! the test command runs the store tests once with each ([`Flavor`]).
 //!
 //! Every process is killed and reaped when its owner is dropped, including
 //! while a failing test unwinds or while a half-built setup panics. Where
@@ -124,11 +126,59 @@ pub fn has_setpriv() -> bool {
     })
 }
 
-/// Checks that the Redis binaries exist, with a clear message if not.
+/// The server the tests run, from `RATELIMIT_TEST_SERVER` (`redis`, the
+/// default, or `valkey`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// `redis-server` and `redis-cli`.
+    Redis,
+    /// `valkey-server` and `valkey-cli`.
+    Valkey,
+}
+
+impl Flavor {
+    /// The flavor this test process runs; an unknown name is an error, not
+    /// a silent Redis run.
+    pub fn current() -> Flavor {
+        static FLAVOR: OnceLock<Flavor> = OnceLock::new();
+        *FLAVOR.get_or_init(|| match std::env::var("RATELIMIT_TEST_SERVER").as_deref() {
+            Err(_) | Ok("") | Ok("redis") => Flavor::Redis,
+            Ok("valkey") => Flavor::Valkey,
+            Ok(other) => panic!("RATELIMIT_TEST_SERVER={other}: expected redis or valkey"),
+        })
+    }
+
+    /// The server binary.
+    pub fn server(self) -> &'static str {
+        match self {
+            Flavor::Redis => "redis-server",
+            Flavor::Valkey => "valkey-server",
+        }
+    }
+
+    /// The command-line client.
+    pub fn cli(self) -> &'static str {
+        match self {
+            Flavor::Redis => "redis-cli",
+            Flavor::Valkey => "valkey-cli",
+        }
+    }
+
+    /// The OS packages that hold both.
+    fn packages(self) -> &'static str {
+        match self {
+            Flavor::Redis => "redis-server and redis-tools",
+            Flavor::Valkey => "valkey-server and valkey-tools (bookworm-backports on Debian 12)",
+        }
+    }
+}
+
+/// Checks that the server binaries exist, with a clear message if not.
 fn require_binaries() {
     static CHECKED: OnceLock<Result<(), String>> = OnceLock::new();
     let result = CHECKED.get_or_init(|| {
-        for bin in ["redis-server", "redis-cli"] {
+        let flavor = Flavor::current();
+        for bin in [flavor.server(), flavor.cli()] {
             let ok = Command::new(bin)
                 .arg("--version")
                 .stdin(Stdio::null())
@@ -138,8 +188,8 @@ fn require_binaries() {
                 .is_ok_and(|s| s.success());
             if !ok {
                 return Err(format!(
-                    "`{bin}` is not installed: install the redis-server and redis-tools \
-                     packages (scripts/test.sh does so)"
+                    "`{bin}` is not installed: install the {} packages (scripts/test.sh does so)",
+                    flavor.packages()
                 ));
             }
         }
@@ -177,7 +227,7 @@ fn spawn_server(spec: SpawnSpec) -> Child {
     reply_rx
         .recv_timeout(CLI_WAIT)
         .expect("redis spawner thread answers")
-        .unwrap_or_else(|e| panic!("cannot run `redis-server {what}`: {e}"))
+        .unwrap_or_else(|e| panic!("cannot run `{} {what}`: {e}", Flavor::current().server()))
 }
 
 fn spawn_now(spec: &SpawnSpec) -> std::io::Result<Child> {
@@ -185,12 +235,13 @@ fn spawn_now(spec: &SpawnSpec) -> std::io::Result<Child> {
         .create(true)
         .append(true)
         .open(&spec.log)?;
+    let server = Flavor::current().server();
     let mut cmd = if has_setpriv() {
         let mut c = Command::new("setpriv");
-        c.args(["--pdeathsig", "KILL", "redis-server"]);
+        c.args(["--pdeathsig", "KILL", server]);
         c
     } else {
-        Command::new("redis-server")
+        Command::new(server)
     };
     cmd.args(&spec.args)
         .current_dir(&spec.cwd)
@@ -235,15 +286,16 @@ pub fn redis_cli_within(
     args: &[&str],
     within: Duration,
 ) -> CliOutput {
-    let mut cmd = Command::new("redis-cli");
+    let mut cmd = Command::new(Flavor::current().cli());
     cmd.args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args(args)
         .env_remove("REDISCLI_AUTH")
+        .env_remove("VALKEYCLI_AUTH")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(pass) = auth {
-        cmd.env("REDISCLI_AUTH", pass);
+        cmd.env("REDISCLI_AUTH", pass).env("VALKEYCLI_AUTH", pass);
     }
     run_bounded(cmd, within)
 }
