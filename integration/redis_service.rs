@@ -89,10 +89,9 @@ impl Redis {
         }
     }
 
-    /// Sum of a command's calls over the primaries (`INFO commandstats`;
-    /// replicas replay script effects and would count them twice).
-    fn calls(&self, command: &str) -> u64 {
-        let ports: Vec<u16> = match self {
+    /// The ports of the primaries.
+    fn primary_ports(&self) -> Vec<u16> {
+        match self {
             Redis::Single(s) => vec![s.port],
             Redis::Cluster(c) => c
                 .primaries()
@@ -100,8 +99,13 @@ impl Redis {
                 .filter_map(|a| a.rsplit_once(':').and_then(|(_, p)| p.parse().ok()))
                 .collect(),
             Redis::Sentinel(s) => vec![s.primary_port()],
-        };
-        ports
+        }
+    }
+
+    /// Sum of a command's calls over the primaries (`INFO commandstats`;
+    /// replicas replay script effects and would count them twice).
+    fn calls(&self, command: &str) -> u64 {
+        self.primary_ports()
             .into_iter()
             .map(|p| {
                 let info = support::redis::redis_cli(p, &["info", "commandstats"]).text();
@@ -411,16 +415,7 @@ async fn lost_scripts_are_loaded_again(redis: &Redis) {
     let svc = start(redis, &[]);
     let value = format!("noscript{}", unix_now());
     assert_eq!(one(&svc, "l5", &value, None).await, (OK, 4));
-    let ports: Vec<u16> = match redis {
-        Redis::Single(s) => vec![s.port],
-        Redis::Cluster(c) => c
-            .primaries()
-            .iter()
-            .filter_map(|a| a.rsplit_once(':').and_then(|(_, p)| p.parse().ok()))
-            .collect(),
-        Redis::Sentinel(s) => vec![s.primary_port()],
-    };
-    for port in ports {
+    for port in redis.primary_ports() {
         let flushed = support::redis::redis_cli(port, &["SCRIPT", "FLUSH"]).text();
         assert_eq!(flushed, "OK", "port {port}");
     }

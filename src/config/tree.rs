@@ -151,19 +151,6 @@ impl RateLimitRule {
     pub fn is_original(&self) -> bool {
         self.limits.is_empty()
     }
-
-    /// The window that contains `now_secs` of a rule in the original's
-    /// vocabulary: its calendar's period, else the epoch-aligned window of
-    /// its unit. `None` for a unit with no window (`UNKNOWN`).
-    pub fn window_at(&self, now_secs: u64) -> Option<crate::limiter::fixed_window::Window> {
-        match &self.calendar {
-            Some(calendar) => Some(calendar.window_at(now_secs)),
-            None => self
-                .unit
-                .seconds()
-                .map(|s| crate::limiter::fixed_window::Window::containing(now_secs, s)),
-        }
-    }
 }
 
 impl RateLimitRule {

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use crate::config::MatchedLimit;
 use crate::limiter::fixed_window::Window;
+use crate::limiter::Calendar;
 use crate::metrics::RuleStats;
 use crate::store::key::{algorithm_key, calendar_key, fixed_window_key, sub_bucket_key};
 use crate::store::{Item, Limit, OriginalWindow, Placement, Policy, Work};
@@ -139,42 +140,55 @@ impl Plan {
     ) {
         let entries = &request.descriptors[index].entries;
         let pattern = limit.share_threshold_key_pattern.as_deref();
-        let items = &mut self.work.items;
-        let first = items.len();
-        let shape = if limit.rule.is_original() {
-            // Validation refuses other units, and overrides with UNKNOWN
-            // are rejected by the lookup.
-            let Some(window) = limit.rule.window_at(now_secs) else {
-                return;
-            };
-            let (key, ttl_seconds) = match &limit.rule.calendar {
-                Some(calendar) => (
-                    calendar_key(
-                        options.prefix,
-                        &request.domain,
-                        entries,
-                        pattern,
-                        calendar.unit(),
-                        window.start,
-                    ),
-                    ttl(window.reset_after(now_secs)),
-                ),
-                None => (
-                    fixed_window_key(
-                        options.prefix,
-                        &request.domain,
-                        entries,
-                        pattern,
-                        window.start,
-                    ),
-                    ttl(window.length),
-                ),
-            };
-            let original = OriginalWindow {
-                limit: u64::from(limit.rule.requests_per_unit),
+        // The counter of a calendar's period: on a key that names the
+        // period, expiring when it ends.
+        let period_counter = |calendar: &Calendar, limit: u64| {
+            let window = calendar.window_at(now_secs);
+            let key = calendar_key(
+                options.prefix,
+                &request.domain,
+                entries,
+                pattern,
+                calendar.unit(),
+                window.start,
+            );
+            let ttl_seconds = ttl(window.reset_after(now_secs));
+            let counter = OriginalWindow {
+                limit,
                 window,
                 ttl_seconds,
             };
+            (key, counter)
+        };
+        let items = &mut self.work.items;
+        let first = items.len();
+        let shape = if limit.rule.is_original() {
+            let requests = u64::from(limit.rule.requests_per_unit);
+            let (key, original) = match &limit.rule.calendar {
+                Some(calendar) => period_counter(calendar, requests),
+                None => {
+                    // Validation refuses other units, and overrides with
+                    // UNKNOWN are rejected by the lookup.
+                    let Some(unit_seconds) = limit.rule.unit.seconds() else {
+                        return;
+                    };
+                    let window = Window::containing(now_secs, unit_seconds);
+                    let key = fixed_window_key(
+                        options.prefix,
+                        &request.domain,
+                        entries,
+                        pattern,
+                        window.start,
+                    );
+                    let original = OriginalWindow {
+                        limit: requests,
+                        window,
+                        ttl_seconds: ttl(window.length),
+                    };
+                    (key, original)
+                }
+            };
+            let window = original.window;
             let item = |limit, binding| options.item(key.clone(), limit, hits, binding);
             let on_failure = options
                 .failure
@@ -213,23 +227,10 @@ impl Plan {
                     .failure
                     .on_failure(&l.failure, u64::from(l.requests_per_unit));
                 if let Some(calendar) = &l.calendar {
-                    // A calendar's fixed window: a counter of the period,
-                    // decided before it is counted, as the original's
-                    // window is under ALL_OR_NOTHING.
-                    let window = calendar.window_at(now_secs);
-                    let key = calendar_key(
-                        options.prefix,
-                        &request.domain,
-                        entries,
-                        pattern,
-                        calendar.unit(),
-                        window.start,
-                    );
-                    let original = OriginalWindow {
-                        limit: u64::from(l.requests_per_unit),
-                        window,
-                        ttl_seconds: ttl(window.reset_after(now_secs)),
-                    };
+                    // A calendar's fixed window: decided before it is
+                    // counted, as the original's window is under
+                    // ALL_OR_NOTHING.
+                    let (key, original) = period_counter(calendar, u64::from(l.requests_per_unit));
                     items.push(Item {
                         on_failure,
                         ..options.item(key, Limit::Window(original), hits, binding)

@@ -525,3 +525,27 @@ async fn a_calendar_limit_in_rate_limits_is_decided_all_or_nothing() {
     );
     assert_eq!(s.limit_remaining, 0);
 }
+
+#[tokio::test]
+async fn headers_follow_the_calendar() {
+    let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 2, name: daily, calendar: true, time_zone: Europe/Berlin}\n";
+    let f = fixture(yaml, with_headers(HeaderFormat::Ietf, Duration::ZERO));
+    // 2026-10-25T23:00 in Berlin: the 25-hour day clocks go back, an hour
+    // before its end.
+    f.clock.set(Duration::from_secs(1_792_965_600));
+    let r = f.ask(&[&[("k", "")]], 1).await;
+    assert_eq!(
+        header(&r, "RateLimit-Policy"),
+        Some(r#""daily";q=2;w=90000"#),
+        "the day's own length"
+    );
+    assert_eq!(header(&r, "RateLimit"), Some(r#""daily";r=1;t=3600"#));
+    f.ask(&[&[("k", "")]], 1).await;
+    let refused = f.ask(&[&[("k", "")]], 1).await;
+    assert_eq!(refused.overall_code, Code::OverLimit);
+    assert_eq!(
+        header(&refused, "Retry-After"),
+        Some("3600"),
+        "Berlin's midnight"
+    );
+}

@@ -256,37 +256,44 @@ mod tests {
 
     #[test]
     fn a_day_on_which_dst_changes_is_23_or_25_hours() {
-        // Europe/Berlin: clocks go forward on 2026-03-29, back on 2026-10-25.
-        let spring = window(
-            Unit::Day,
-            "Europe/Berlin",
-            at("Europe/Berlin", "2026-03-29T12:00"),
-        );
-        assert_eq!(spring.start, at("Europe/Berlin", "2026-03-29T00:00"));
-        assert_eq!(spring.length, 23 * H);
-        let autumn = window(
-            Unit::Day,
-            "Europe/Berlin",
-            at("Europe/Berlin", "2026-10-25T23:59"),
-        );
-        assert_eq!(autumn.start, at("Europe/Berlin", "2026-10-25T00:00"));
-        assert_eq!(autumn.length, 25 * H);
-        // America/New_York changes at 02:00 local.
-        let ny = window(
-            Unit::Day,
-            "America/New_York",
-            at("America/New_York", "2026-03-08T01:30"),
-        );
-        assert_eq!(ny.length, 23 * H);
-        let plain = window(
-            Unit::Day,
-            "Europe/Berlin",
-            at("Europe/Berlin", "2026-07-01T00:00"),
-        );
-        assert_eq!(
-            (plain.start, plain.length),
-            (at("Europe/Berlin", "2026-07-01T00:00"), D)
-        );
+        // (zone, an instant of the day, its first instant, its length)
+        let days = [
+            // Berlin: clocks go forward on 2026-03-29, back on 2026-10-25.
+            (
+                "Europe/Berlin",
+                "2026-03-29T12:00",
+                "2026-03-29T00:00",
+                23 * H,
+            ),
+            (
+                "Europe/Berlin",
+                "2026-10-25T23:59",
+                "2026-10-25T00:00",
+                25 * H,
+            ),
+            ("Europe/Berlin", "2026-07-01T00:00", "2026-07-01T00:00", D),
+            // New York changes at 02:00 local.
+            (
+                "America/New_York",
+                "2026-03-08T01:30",
+                "2026-03-08T00:00",
+                23 * H,
+            ),
+            (
+                "America/New_York",
+                "2026-11-01T12:00",
+                "2026-11-01T00:00",
+                25 * H,
+            ),
+        ];
+        for (zone, instant, first, length) in days {
+            let w = window(Unit::Day, zone, at(zone, instant));
+            assert_eq!(
+                (w.start, w.length),
+                (at(zone, first), length),
+                "{zone} {instant}"
+            );
+        }
     }
 
     #[test]
