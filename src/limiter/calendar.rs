@@ -15,6 +15,7 @@
 //! any other.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use jiff::civil::Date;
@@ -121,6 +122,36 @@ pub struct Calendar {
     zone: TimeZone,
     /// The database's spelling of the zone.
     zone_name: Arc<str>,
+    /// The period found last, shared by the clones ([`LastPeriod`]).
+    last: Arc<LastPeriod>,
+}
+
+/// The period a calendar found last, packed into one atomic word
+/// (`start << 25 | length`) so that every request of the same period reads
+/// it with one load instead of searching the zone's transitions again. A
+/// period that does not pack (a start past the year 19,000) is not kept.
+#[derive(Debug, Default)]
+struct LastPeriod(AtomicU64);
+
+impl LastPeriod {
+    const LENGTH_BITS: u32 = 25;
+
+    /// The kept period, if it holds `now`.
+    fn holding(&self, now: u64) -> Option<Window> {
+        let packed = self.0.load(Ordering::Relaxed);
+        let w = Window {
+            start: packed >> Self::LENGTH_BITS,
+            length: packed & ((1 << Self::LENGTH_BITS) - 1),
+        };
+        (w.length > 0 && w.start <= now && now < w.end()).then_some(w)
+    }
+
+    fn keep(&self, w: Window) {
+        if w.length < 1 << Self::LENGTH_BITS && w.start < 1 << (64 - Self::LENGTH_BITS) {
+            self.0
+                .store(w.start << Self::LENGTH_BITS | w.length, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Calendar {
@@ -137,6 +168,7 @@ impl Calendar {
             unit,
             zone: tz,
             zone_name,
+            last: Arc::default(),
         })
     }
 
@@ -154,7 +186,10 @@ impl Calendar {
     /// the database covers (years past 9999), the epoch-aligned window of
     /// the unit's nominal length, so that this never fails.
     pub fn window_at(&self, now: u64) -> Window {
-        self.civil_window(now).unwrap_or_else(|| {
+        if let Some(w) = self.last.holding(now) {
+            return w;
+        }
+        let w = self.civil_window(now).unwrap_or_else(|| {
             let nominal = match self.unit {
                 CalendarUnit::Day => Unit::Day,
                 CalendarUnit::Week => Unit::Week,
@@ -162,7 +197,9 @@ impl Calendar {
                 CalendarUnit::Year => Unit::Year,
             };
             Window::containing(now, nominal.seconds().unwrap_or(86_400))
-        })
+        });
+        self.last.keep(w);
+        w
     }
 
     fn civil_window(&self, now: u64) -> Option<Window> {
@@ -171,7 +208,9 @@ impl Calendar {
         let first = self.unit.first_date(date).ok()?;
         let start = self.first_instant(first)?;
         let end = self.first_instant(self.unit.next_date(first).ok()?)?;
-        let start = u64::try_from(start).ok()?;
+        // The first period of a zone east of UTC began before the epoch:
+        // it counts from the epoch on.
+        let start = u64::try_from(start.max(0)).ok()?;
         let end = u64::try_from(end).ok()?;
         (start <= now && now < end).then_some(Window {
             start,
@@ -408,6 +447,23 @@ mod tests {
                 proptest::prop_assert_eq!(before.start + before.length, w.start);
             }
             proptest::prop_assert_eq!(w.reset_after(now), w.start + w.length - now);
+        }
+    }
+
+    proptest::proptest! {
+        /// The kept period never answers for an instant outside it: one
+        /// calendar asked at instants that jump back and forth answers as a
+        /// fresh one does.
+        #[test]
+        fn the_kept_period_is_the_computed_one(times in proptest::collection::vec(0u64..4_102_444_800, 1..40),
+                                              near in proptest::collection::vec(0u64..200_000, 1..40)) {
+            let kept = Calendar::new(Unit::Day, "Europe/Berlin").expect("valid");
+            for (t, d) in times.iter().zip(near.iter().cycle()) {
+                for now in [*t, t + d, t.saturating_sub(*d)] {
+                    let fresh = Calendar::new(Unit::Day, "Europe/Berlin").expect("valid");
+                    proptest::prop_assert_eq!(kept.window_at(now), fresh.window_at(now));
+                }
+            }
         }
     }
 
