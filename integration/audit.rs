@@ -51,6 +51,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 100, algorithm: sliding_log}
   - key: big
     rate_limit: {unit: hour, requests_per_unit: 1000000}
+  - key: monthly
+    rate_limit: {unit: month, requests_per_unit: 100, calendar: true}
 ";
 
 fn audited(extra: &[(&str, &str)]) -> Vec<(&'static str, String)> {
@@ -264,6 +266,10 @@ async fn on_memory_each_rule_is_measured_against_its_contract() {
     assert_eq!(one(&mut c, "big", "x").await, OK);
     let body = svc.debug("/audit").body;
     assert!(!body.contains("a.big"), "{body}");
+    // Nor is a calendar window (its periods vary in length).
+    assert_eq!(one(&mut c, "monthly", "x").await, OK);
+    let body = svc.debug("/audit").body;
+    assert!(!body.contains("a.monthly"), "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

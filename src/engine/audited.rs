@@ -26,8 +26,13 @@ pub(super) struct Audited {
     window: bool,
 }
 
-/// The contract, key suffix and facts of an original-vocabulary rule.
+/// The contract, key suffix and facts of an original-vocabulary rule;
+/// `None` for a calendar's, whose periods vary in length, so that no
+/// trailing window of one length is its contract.
 fn original(rule: &RateLimitRule) -> Option<(Limiter, String, LimitFacts)> {
+    if rule.calendar.is_some() {
+        return None;
+    }
     let seconds = rule.unit.seconds()?;
     let limit = u64::from(rule.requests_per_unit);
     let contract = SlidingLog::reference(limit, std::time::Duration::from_secs(seconds)).ok()?;
@@ -47,8 +52,11 @@ fn original(rule: &RateLimitRule) -> Option<(Limiter, String, LimitFacts)> {
 }
 
 /// The contract and facts of an opt-in limit (the logical limit, not a
-/// sub-bucket).
+/// sub-bucket); `None` for a calendar's, as for [`original`].
 fn configured(l: &ConfiguredLimit) -> Option<(Limiter, LimitFacts)> {
+    if l.calendar.is_some() {
+        return None;
+    }
     let limiter = l.limiter;
     let facts = LimitFacts {
         algorithm: limiter.name().as_str(),
