@@ -1584,21 +1584,16 @@ async fn stall(svc: &Service, connections: usize, streams: usize) -> (u64, u64) 
         conn.abort();
     }
     drop(held);
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    // Traffic afterwards lets each worker's allocator take back what other
-    // threads freed.
-    let mut c = svc.client().await;
-    for _ in 0..200 {
-        let _ = call(&mut c, request("test", vec![desc(&[("key1", "after")])])).await;
-    }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // No traffic after: each worker gives its freed memory back by itself
+    // within its release interval (5 s).
+    tokio::time::sleep(Duration::from_secs(8)).await;
     let after = rss(svc.pid()).saturating_sub(before);
     (during, after)
 }
 
 /// Streams whose answers cannot be sent (the client never opens its
 /// receive window) hold a bounded amount of memory per connection, and it
-/// goes back when the connections close.
+/// goes back to the OS when the connections close, with no request after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_streams_are_bounded_and_released() {
     let svc = start(&[]);
@@ -1612,8 +1607,11 @@ async fn stalled_streams_are_bounded_and_released() {
     // 4.5 KB with the codec's 1 KiB ones.
     let per_stream = during / (connections * streams) as u64;
     assert!(per_stream < 6_500, "{per_stream} B a stream");
+    // Two thirds back with no traffic after the close: 81 to 85 % measured
+    // with the workers' release, 62 % without it (and some runs of that
+    // kept it all).
     assert!(
-        after * 3 < during * 2,
+        after * 3 < during,
         "+{after} B after the close of +{during} B"
     );
     // The server still answers.

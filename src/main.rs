@@ -10,7 +10,17 @@ use std::process::ExitCode;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Gives the calling thread's freed memory back to the OS: mimalloc
+/// processes the frees other threads made into this thread's heap, frees
+/// its empty pages and purges them (`mi_collect`).
+fn release_memory() {
+    // SAFETY: `mi_collect` takes no pointer and may be called from any
+    // thread at any time; it only acts on the calling thread's heap.
+    unsafe { libmimalloc_sys::mi_collect(true) }
+}
+
 fn main() -> ExitCode {
+    ratelimit::service::release::register(release_memory);
     let settings = match Settings::from_source(&Env) {
         Ok(s) => s,
         Err(e) => {

@@ -120,6 +120,13 @@ pub struct Held<IO> {
     _slot: Slot,
 }
 
+impl<IO> Drop for Held<IO> {
+    /// Its worker may give what the connection held back to the OS.
+    fn drop(&mut self) {
+        super::release::connection_closed();
+    }
+}
+
 impl<IO> Held<IO> {
     /// `io`, holding `slot`.
     pub fn new(io: IO, slot: Slot) -> Held<IO> {

@@ -18,6 +18,9 @@
 //! store are shared; a Redis call made on a worker travels through the
 //! store's connections, which live on the main runtime.
 //!
+//! Each worker gives what its closed connections freed back to the OS
+//! every few seconds ([`super::release`]), also when no request comes.
+//!
 //! Every connection is admitted first ([`super::admit`]): a slot out of
 //! `GRPC_MAX_CONNECTIONS`, held until it closes, and on TCP its first bytes
 //! within `GRPC_CONNECTION_TIMEOUT`; only then does it reach a worker (or the
@@ -176,6 +179,8 @@ pub fn serve(
         std::thread::Builder::new()
             .name(format!("grpc-{index}"))
             .spawn(move || {
+                // Ends when the runtime is dropped, after the worker.
+                runtime.spawn(super::release::periodically());
                 let served = runtime.block_on(worker(rx, unix, tls, router(), stop));
                 let _ = done_tx.send(served);
             })

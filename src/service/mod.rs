@@ -10,6 +10,7 @@ pub mod health;
 pub mod http;
 pub mod http_server;
 pub mod json;
+pub mod release;
 pub mod rlqs;
 pub mod rls;
 pub mod tls;
