@@ -549,3 +549,47 @@ async fn headers_follow_the_calendar() {
         "Berlin's midnight"
     );
 }
+
+/// A request of many descriptors yields to the worker's other requests
+/// every `SLICE` descriptors: on one thread, a small request sent after a
+/// big one is answered before the big one is. (Without the slicing, the big
+/// one would be decided whole in its first poll, and answered first.)
+#[test]
+fn a_big_request_lets_a_small_one_through_on_the_same_worker() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000000}\n";
+    let values: Vec<String> = (0..1_000).map(|i| format!("v{i}")).collect();
+    let big: Vec<Vec<(String, String)>> = values
+        .iter()
+        .map(|v| vec![("k".to_string(), v.clone())])
+        .collect();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    runtime.block_on(async {
+        let f = Arc::new(fixture(yaml, EngineOptions::default()));
+        let (f1, o1) = (Arc::clone(&f), Arc::clone(&order));
+        let big_task = tokio::spawn(async move {
+            let descriptors: Vec<Vec<(&str, &str)>> = big
+                .iter()
+                .map(|d| d.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect())
+                .collect();
+            let refs: Vec<&[(&str, &str)]> = descriptors.iter().map(Vec::as_slice).collect();
+            let r = f1.ask(&refs, 1).await;
+            o1.lock().expect("order").push(("big", r.statuses.len()));
+        });
+        let (f2, o2) = (Arc::clone(&f), Arc::clone(&order));
+        let small_task = tokio::spawn(async move {
+            let r = f2.ask(&[&[("k", "small")]], 1).await;
+            o2.lock().expect("order").push(("small", r.statuses.len()));
+        });
+        big_task.await.expect("big");
+        small_task.await.expect("small");
+    });
+    assert_eq!(
+        *order.lock().expect("order"),
+        [("small", 1), ("big", 1_000)],
+        "the small request is answered while the big one is in progress"
+    );
+}
