@@ -1390,11 +1390,24 @@ async fn an_alias_bomb_is_refused_within_a_small_multiple_of_its_size() {
     let benign = format!(
         "domain: benign\ndescriptors:\n  - key: k0\n    value: {value}\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n"
     );
+    let at_start = peak_rss(svc.pid());
     std::fs::write(svc.config_dir().join("benign.yaml"), &benign).expect("write");
     assert!(svc.eventually(Duration::from_secs(20), || svc
         .debug("/rlconfig")
         .body
         .contains("benign.")));
+    // The one value, loaded once: a small multiple of the file too (about
+    // 40 times before the YAML reader was fed in chunks).
+    let loaded = peak_rss(svc.pid()).saturating_sub(at_start);
+    println!(
+        "one value of {} bytes: peak RSS grew by {loaded} bytes",
+        benign.len()
+    );
+    assert!(
+        loaded < 24 * benign.len() as u64,
+        "peak grew by {loaded} bytes for a {} byte file",
+        benign.len()
+    );
     std::fs::remove_file(svc.config_dir().join("benign.yaml")).expect("remove");
     assert!(svc.eventually(Duration::from_secs(20), || !svc
         .debug("/rlconfig")

@@ -39,6 +39,9 @@ pub(crate) const ALIAS_BYTES_PER_INPUT_BYTE: usize = 4;
 /// The alias byte budget of a small document.
 pub(crate) const MIN_ALIAS_BYTES: usize = 1 << 20;
 
+/// Bytes the YAML reader is offered at a time.
+const READ_CHUNK: usize = 16 * 1024;
+
 /// A YAML node with the 1-based line where it starts.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Node {
@@ -214,9 +217,12 @@ fn utf8_input(input: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, SyntaxError> {
 /// yaml.v2 does. An empty stream gives an empty mapping.
 pub(crate) fn parse(input: &[u8]) -> Result<Node, SyntaxError> {
     let input = &*utf8_input(input)?;
-    let mut bytes = input;
     let mut parser = Parser::new();
-    parser.set_input_string(&mut bytes);
+    // The reader decodes whatever its source offers at once into a queue
+    // of 4-byte `char`s, the whole file when the source is a slice: fed in
+    // chunks, that queue holds at most one chunk instead of 4 times the
+    // file.
+    parser.set_input(std::io::BufReader::with_capacity(READ_CHUNK, input));
     let mut builder = Builder {
         max_alias_bytes: input
             .len()

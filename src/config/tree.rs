@@ -225,9 +225,11 @@ enum How {
 /// and indexed by composite (for lookup).
 #[derive(Debug, Default)]
 pub(crate) struct Node {
-    pub(crate) composite: Box<str>,
+    /// Shared with the parent's index: one copy of a (possibly long)
+    /// descriptor value.
+    pub(crate) composite: Arc<str>,
     pub(crate) children: Vec<Node>,
-    pub(crate) index: HashMap<Box<str>, usize>,
+    pub(crate) index: HashMap<Arc<str>, usize>,
     /// Children whose composite contains `*`, in insertion order.
     pub(crate) wildcards: Vec<(usize, Glob)>,
     pub(crate) limit: Option<Arc<RateLimitRule>>,
@@ -236,7 +238,7 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    pub(crate) fn new(composite: &str) -> Node {
+    pub(crate) fn new(composite: impl Into<Arc<str>>) -> Node {
         Node {
             composite: composite.into(),
             ..Node::default()
@@ -249,7 +251,7 @@ impl Node {
         if let Some(glob) = Glob::new(&child.composite) {
             self.wildcards.push((at, glob));
         }
-        self.index.insert(child.composite.clone(), at);
+        self.index.insert(Arc::clone(&child.composite), at);
         self.children.push(child);
     }
 

@@ -145,7 +145,10 @@ fn load_descriptors(
             Some(RawMetadata::Decoded(m)) => Some(Arc::new(m.clone())),
             None => None,
         };
-        let mut child = Node::new(&composite);
+        // The composite moves into the node, and the rule owns the load
+        // key that the children extend: a long value is copied as few
+        // times as the tree needs.
+        let mut child = Node::new(composite);
         child.value_to_metric = d.value_to_metric;
         child.share_threshold = d.share_threshold;
         let rule = match (&d.rate_limit, blocks) {
@@ -170,7 +173,15 @@ fn load_descriptors(
                 calendar: calendar.clone(),
             })
         });
-        load_descriptors(file, &mut child, &load_key, &d.descriptors)?;
+        let rule = child.limit.clone();
+        let parent_key = match &rule {
+            Some(rule) => {
+                drop(load_key);
+                rule.load_key.as_str()
+            }
+            None => load_key.as_str(),
+        };
+        load_descriptors(file, &mut child, parent_key, &d.descriptors)?;
         parent.insert(child);
     }
     Ok(())
