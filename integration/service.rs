@@ -1378,6 +1378,17 @@ fn memory_status(pid: u32, field: &str) -> u64 {
         * 1024
 }
 
+/// Asserts that loading a file of `file_len` bytes grew the service's peak
+/// memory above `peak_before` by less than 24 times the file.
+fn within_a_small_multiple(what: &str, svc: &Service, peak_before: u64, file_len: usize) {
+    let grown = peak_rss(svc.pid()).saturating_sub(peak_before);
+    println!("{what} of {file_len} bytes: peak RSS grew by {grown} bytes");
+    assert!(
+        grown < 24 * file_len as u64,
+        "{what}: peak grew by {grown} bytes for a {file_len} byte file"
+    );
+}
+
 /// A 1 MiB value aliased 1,999 times as descriptor values (a 1 MB file
 /// that expanded to 2 GB before) is refused, with the last good config
 /// kept, and what its aliases add to the peak memory is a small multiple
@@ -1398,16 +1409,7 @@ async fn an_alias_bomb_is_refused_within_a_small_multiple_of_its_size() {
         .contains("benign.")));
     // The one value, loaded once: a small multiple of the file too (about
     // 40 times before the YAML reader was fed in chunks).
-    let loaded = peak_rss(svc.pid()).saturating_sub(at_start);
-    println!(
-        "one value of {} bytes: peak RSS grew by {loaded} bytes",
-        benign.len()
-    );
-    assert!(
-        loaded < 24 * benign.len() as u64,
-        "peak grew by {loaded} bytes for a {} byte file",
-        benign.len()
-    );
+    within_a_small_multiple("one value", &svc, at_start, benign.len());
     std::fs::remove_file(svc.config_dir().join("benign.yaml")).expect("remove");
     assert!(svc.eventually(Duration::from_secs(20), || !svc
         .debug("/rlconfig")
@@ -1424,16 +1426,7 @@ async fn an_alias_bomb_is_refused_within_a_small_multiple_of_its_size() {
     assert!(svc.eventually(Duration::from_secs(20), || svc
         .stat("ratelimit.service.config_load_error")
         >= 1));
-    let grown = peak_rss(svc.pid()).saturating_sub(before);
-    println!(
-        "alias bomb of {} bytes: peak RSS grew by {grown} bytes",
-        doc.len()
-    );
-    assert!(
-        grown < 24 * doc.len() as u64,
-        "peak grew by {grown} bytes for a {} byte file",
-        doc.len()
-    );
+    within_a_small_multiple("alias bomb", &svc, before, doc.len());
     let body = svc.debug("/rlconfig").body;
     assert!(body.contains("test.") && !body.contains("bomb."), "{body}");
 }

@@ -7,7 +7,7 @@
 //! request. Which allocator runs is the binary's choice, so the binary
 //! registers how to release ([`register`]); each gRPC worker then calls it
 //! on its own thread at the first [`RELEASE_INTERVAL`] tick after one of its
-//! connections closed ([`connection_closed`]). A worker whose connections
+//! connections closed (`connection_closed`). A worker whose connections
 //! stay open (Envoy's long-lived ones) never pays for a release. Without a
 //! registration (the library's tests, another allocator) nothing runs.
 
