@@ -79,6 +79,12 @@ install_valkey() {
 install_valkey
 echo "valkey: $(valkey-server --version)" >&2
 
+# A CI run builds once, from clean: incremental caches would only cost
+# disk (several GB) there. Free space is printed so that a run that runs
+# out of it says how much it started with.
+if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
+echo "disk: $(df -Ph . | awk 'NR == 2 {print $4}') free before the build" >&2
+
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --all-targets --locked
@@ -99,3 +105,4 @@ python3 scripts/check_links.py
 # (npm: the chart checks fetch helm with it.)
 install_packages npm -- npm
 integration/packaging/check.sh
+echo "disk: target/ holds $(du -sh target 2>/dev/null | cut -f1), $(df -Ph . | awk 'NR == 2 {print $4}') free after the tests" >&2
