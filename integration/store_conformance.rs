@@ -14,6 +14,7 @@ use ratelimit::resilience::{self, BreakerOptions, ResilienceOptions};
 use ratelimit::store::redis::url::{Credentials, Target};
 use ratelimit::store::redis::{connect, RedisOptions, RedisStore, StartupRetry};
 use ratelimit::store::{Item, Limit, MemoryStore, OriginalWindow, Policy, Store, StoreExt};
+use ratelimit::workers::Workers;
 use support::redis::{RedisCluster, RedisSentinel, RedisServer};
 
 fn now() -> u64 {
@@ -62,7 +63,7 @@ async fn connect_redis(target: Target) -> RedisStore {
         max: Duration::from_secs(1),
         max_elapsed: Duration::from_secs(30),
     };
-    connect(&options(target), None, retry)
+    connect(&options(target), None, retry, &Workers::none())
         .await
         .expect("redis store connects")
 }
@@ -480,6 +481,99 @@ async fn redis_cluster() {
     let seeds = c.seeds().iter().map(|a| host_port(a)).collect();
     let store = redis_store(Target::Cluster { seeds }).await;
     all_bodies(store, true).await;
+}
+
+/// A store connected for two gRPC workers, and the workers.
+async fn redis_store_on_workers(target: Target) -> (Arc<dyn Store>, Workers) {
+    let workers = Workers::start(2).expect("workers start");
+    let retry = StartupRetry {
+        initial: Duration::from_millis(100),
+        max: Duration::from_secs(1),
+        max_elapsed: Duration::from_secs(30),
+    };
+    let store = connect(&options(target), None, retry, &workers)
+        .await
+        .expect("redis store connects");
+    (Arc::new(store), workers)
+}
+
+/// The same bodies run on a gRPC worker, through its own connections and
+/// coalescing lane.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_single_on_a_worker() {
+    let server = RedisServer::start();
+    let (host, port) = host_port(&server.addr());
+    let (store, workers) = redis_store_on_workers(Target::Tcp {
+        host,
+        port,
+        db: None,
+    })
+    .await;
+    workers.handles()[1]
+        .spawn(all_bodies(store, false))
+        .await
+        .expect("the bodies pass on the worker");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_on_a_worker() {
+    let c = RedisCluster::start();
+    let seeds = c.seeds().iter().map(|a| host_port(a)).collect();
+    let (store, workers) = redis_store_on_workers(Target::Cluster { seeds }).await;
+    workers.handles()[0]
+        .spawn(all_bodies(store, true))
+        .await
+        .expect("the bodies pass on the worker");
+}
+
+/// Each gRPC worker decides on a connection of its own: once every
+/// connection has been idle for two seconds, decisions made on one worker
+/// leave exactly one connection just used by a script, and the other
+/// worker's decisions another one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_worker_decides_on_its_own_connection() {
+    let server = RedisServer::start();
+    let (host, port) = host_port(&server.addr());
+    let (store, workers) = redis_store_on_workers(Target::Tcp {
+        host,
+        port,
+        db: None,
+    })
+    .await;
+    // The ids of the connections whose last command, less than a second
+    // ago, was a script call.
+    let just_scripted = || -> Vec<String> {
+        let list = server.cli(&["client", "list"]);
+        list.lines()
+            .filter(|l| l.contains(" idle=0 ") && l.contains(" cmd=evalsha "))
+            .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+            .map(str::to_string)
+            .collect()
+    };
+    let mut seen = Vec::new();
+    for (i, worker) in workers.handles().iter().enumerate() {
+        tokio::time::sleep(Duration::from_millis(2100)).await;
+        let store = Arc::clone(&store);
+        worker
+            .spawn(async move {
+                for n in 0..20 {
+                    let key = format!("own{i}_{n}");
+                    store
+                        .count(&[inc(&key, 1, 100)], Policy::Commit)
+                        .await
+                        .expect("decided");
+                }
+            })
+            .await
+            .expect("runs on the worker");
+        let busy = just_scripted();
+        assert_eq!(busy.len(), 1, "worker {i}: one connection used: {busy:?}");
+        assert!(
+            !seen.contains(&busy[0]),
+            "worker {i} has its own: {busy:?} {seen:?}"
+        );
+        seen.push(busy[0].clone());
+    }
 }
 
 /// The same bodies through the resilience layers, on a healthy Redis: the

@@ -48,6 +48,7 @@ use crate::store::redis::url::Deployment;
 use crate::store::redis::{RedisAddress, RedisOptions, StartupRetry};
 use crate::store::tls::ClientTls;
 use crate::store::{InProcess, MemoryStore, Placement, Store};
+use crate::workers::Workers;
 use crate::xds::{Backoff, XdsOptions, XdsProvider, XdsTls};
 
 /// grpc-go's default maximum received message size.
@@ -165,8 +166,15 @@ pub async fn run(
     // the start-up cleanly (the original panics or ignores it).
     let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
 
+    // The gRPC workers first: the store may keep connections on each.
+    let workers = match grpc_workers(&settings) {
+        0 => Workers::none(),
+        n => Workers::start(n).map_err(|e| AppError::Unsupported(e.to_string()))?,
+    };
+
     // The store.
-    let Some(built) = build_store(&settings, &clock, &health, shutdown.clone()).await? else {
+    let Some(built) = build_store(&settings, &clock, &health, &workers, shutdown.clone()).await?
+    else {
         return Ok(());
     };
     let store = Arc::clone(&built.store);
@@ -256,7 +264,7 @@ pub async fn run(
         router,
         listeners.grpc,
         &l.grpc_tls,
-        grpc_workers(&settings),
+        &workers,
         Arc::new(grpc_admission(l)),
         stop_rx.clone(),
     )?;
@@ -611,7 +619,7 @@ fn serve_grpc(
     router: Arc<dyn Fn() -> GrpcRouter + Send + Sync>,
     listener: GrpcListener,
     tls: &crate::settings::GrpcTlsSettings,
-    workers: usize,
+    workers: &Workers,
     admission: Arc<Admission>,
     stop: watch::Receiver<bool>,
 ) -> Result<GrpcServing, AppError> {
@@ -631,15 +639,16 @@ fn serve_grpc(
         (None, None)
     };
     let unsupported = |e: crate::service::edge::EdgeError| AppError::Unsupported(e.to_string());
-    let task = match workers {
-        0 => spawn_server(
+    let task = if workers.is_empty() {
+        spawn_server(
             crate::service::edge::serve_shared(listener, tls_config, router(), admission, stop)
                 .map_err(unsupported)?,
-        ),
-        n => spawn_server(
-            crate::service::edge::serve(n, listener, tls_config, router, admission, stop)
+        )
+    } else {
+        spawn_server(
+            crate::service::edge::serve(workers, listener, tls_config, router, admission, stop)
                 .map_err(unsupported)?,
-        ),
+        )
     };
     Ok((task, cert_watch))
 }
@@ -786,6 +795,7 @@ async fn build_store(
     settings: &Settings,
     clock: &Arc<dyn Clock>,
     health: &Health,
+    workers: &Workers,
     shutdown: impl Future<Output = Signal>,
 ) -> Result<Option<BuiltStore>, AppError> {
     let built = match settings.limiter.backend_type {
@@ -844,7 +854,8 @@ async fn build_store(
                 max: r.startup_max_interval,
                 max_elapsed: r.startup_max_elapsed_time,
             };
-            let connecting = crate::store::redis::connect(&main, per_second.as_ref(), retry);
+            let connecting =
+                crate::store::redis::connect(&main, per_second.as_ref(), retry, workers);
             let store = tokio::select! {
                 s = connecting => s.map_err(|e| AppError::Store(e.message))?,
                 _ = shutdown => return Ok(None),

@@ -29,6 +29,9 @@
 //! - [`xds`]: the xDS config source, one ADS stream to a management
 //!   server (the network side of `CONFIG_TYPE=GRPC_XDS_SOTW`).
 //! - [`telemetry`]: OTLP tracing.
+//! - [`workers`]: the gRPC worker runtimes, one per core, on which the
+//!   edge serves connections and the Redis store keeps connections of
+//!   each worker's own.
 //! - [`service`]: gRPC (`RateLimitService`, `RateLimitQuotaService`, health), the HTTP and debug
 //!   ports, TLS; generated protobuf types stay in `service::rls`.
 //! - [`app`]: wiring and lifecycle; `main.rs` only reads settings, sets up
@@ -55,5 +58,6 @@ pub mod service;
 pub mod settings;
 pub mod store;
 pub mod telemetry;
+pub mod workers;
 pub mod xds;
 mod yaml;

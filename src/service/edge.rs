@@ -9,14 +9,15 @@
 //! responses ready together leave in one write. (The same effect needs
 //! `disable_lifo_slot()`, an unstable tokio API, on the shared runtime.)
 //!
-//! How: the listener stays on the main runtime, which accepts and hands
-//! each connection, as a `std` socket, to the next worker in turn; the
-//! worker registers it with its own reactor, and performs the TLS handshake
-//! there. Each worker runs its own tonic server over its connections, built
-//! from one factory, so every option (max connection age, keepalive, the
-//! call statistics layer) applies per worker alike. The engine and the
-//! store are shared; a Redis call made on a worker travels through the
-//! store's connections, which live on the main runtime.
+//! How: the workers themselves ([`crate::workers`]) are made before the
+//! store, which may keep connections of its own on each. The listener
+//! stays on the main runtime, which accepts and hands each connection, as
+//! a `std` socket, to the next worker in turn; the worker registers it with
+//! its own reactor, and performs the TLS handshake there. Each worker runs
+//! its own tonic server over its connections, built from one factory, so
+//! every option (max connection age, keepalive, the call statistics layer)
+//! applies per worker alike. The engine and the store are shared; a Redis
+//! call made on a worker goes out on that worker's own Redis connections.
 //!
 //! Each worker gives what its closed connections freed back to the OS
 //! every few seconds ([`super::release`]), also when no request comes.
@@ -43,6 +44,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 
 use super::admit::{Admission, Held, Slot};
+use crate::workers::Workers;
 
 /// Where gRPC connections come from.
 #[derive(Debug)]
@@ -75,14 +77,9 @@ enum Admitted {
 /// Why the edge could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum EdgeError {
-    /// A worker thread or its runtime could not be made.
-    #[error("cannot start gRPC worker {index}: {source}")]
-    Worker {
-        /// Which worker.
-        index: usize,
-        /// The cause.
-        source: std::io::Error,
-    },
+    /// [`serve`] was given no worker to serve on.
+    #[error("no gRPC worker to serve on")]
+    NoWorker,
     /// TLS over a unix socket.
     #[error("GRPC_SERVER_USE_TLS with GRPC_UDS is not supported")]
     TlsOverUnixSocket,
@@ -150,12 +147,13 @@ pub fn serve_shared(
     Ok(async move { served.await.map_err(|e| e.to_string()) })
 }
 
-/// Serves `listener` on `n` workers, each with a router from `router`,
-/// until `stop` turns true; TLS with `tls`. Must be called on the main
-/// runtime, which runs the accept loop. The returned future ends when every
-/// worker has drained, with the first error.
+/// Serves `listener` on `workers` (at least one), each with a router from
+/// `router`, until `stop` turns true; TLS with `tls`. Must be called on the
+/// main runtime, which runs the accept loop. The returned future ends when
+/// every worker has drained, with the first error; it keeps the workers
+/// running until then.
 pub fn serve(
-    n: usize,
+    workers: &Workers,
     listener: GrpcListener,
     tls: Option<Arc<ServerConfig>>,
     router: Arc<dyn Fn() -> Router + Send + Sync>,
@@ -165,26 +163,22 @@ pub fn serve(
     if tls.is_some() && matches!(listener, GrpcListener::Unix(_)) {
         return Err(EdgeError::TlsOverUnixSocket);
     }
+    if workers.is_empty() {
+        return Err(EdgeError::NoWorker);
+    }
     let unix = matches!(listener, GrpcListener::Unix(_));
-    let mut senders = Vec::with_capacity(n);
-    let mut finished = Vec::with_capacity(n);
-    for index in 0..n.max(1) {
+    let mut senders = Vec::with_capacity(workers.len());
+    let mut finished = Vec::with_capacity(workers.len());
+    for handle in workers.handles() {
         let (tx, rx) = mpsc::unbounded_channel();
         let (done_tx, done_rx) = oneshot::channel();
         let (router, stop, tls) = (Arc::clone(&router), stop.clone(), tls.clone());
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|source| EdgeError::Worker { index, source })?;
-        std::thread::Builder::new()
-            .name(format!("grpc-{index}"))
-            .spawn(move || {
-                // Ends when the runtime is dropped, after the worker.
-                runtime.spawn(super::release::periodically());
-                let served = runtime.block_on(worker(rx, unix, tls, router(), stop));
-                let _ = done_tx.send(served);
-            })
-            .map_err(|source| EdgeError::Worker { index, source })?;
+        // Ends with the worker's runtime.
+        handle.spawn(super::release::periodically());
+        handle.spawn(async move {
+            let served = worker(rx, unix, tls, router(), stop).await;
+            let _ = done_tx.send(served);
+        });
         senders.push(tx);
         finished.push(done_rx);
     }
@@ -204,7 +198,9 @@ pub fn serve(
             Err(e) => tracing::warn!("gRPC connection: {e}"),
         }
     }));
+    let workers = workers.clone();
     Ok(async move {
+        let _running = workers;
         let mut first = Ok(());
         for done in finished {
             let served = done

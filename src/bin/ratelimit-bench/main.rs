@@ -849,6 +849,13 @@ async fn load(
             .lock()
             .map_err(|_| Failure::Fatal("the timeline's lock was poisoned".into()))?;
         timeline.write_svg(path, &title).map_err(Failure::Fatal)?;
+        if let Some((median, worst, at)) = timeline.p999_spread() {
+            eprintln!(
+                "slices: p99.9 of the median slice {median} us, of the worst {worst} us (slice {} of 60, {:.2}x)",
+                at + 1,
+                worst as f64 / median.max(1) as f64
+            );
+        }
     }
     Ok(Report {
         label,
@@ -1032,7 +1039,8 @@ async fn serve_noop(
                 .await
         }
         n => {
-            edge::serve(n, listener, tls, router, admission, stop_rx)
+            let workers = ratelimit::workers::Workers::start(n).map_err(|e| fatal(&e))?;
+            edge::serve(&workers, listener, tls, router, admission, stop_rx)
                 .map_err(|e| fatal(&e))?
                 .await
         }

@@ -16,8 +16,10 @@ use fred::types::config::{
 use fred::types::scripts::Script;
 
 use super::url::{self, Credentials, Deployment, Target, UrlError};
-use super::{Backend, Node, RedisPlacement, RedisStore};
+use super::{Backend, Lanes, Node, RedisPlacement, RedisStore};
 use crate::store::{NodeId, StoreError, StoreErrorKind};
+use crate::workers::Workers;
+use tokio::runtime::Handle;
 
 /// TLS files for Redis connections.
 pub type RedisTls = crate::store::tls::ClientTls;
@@ -277,22 +279,88 @@ async fn connect_one(options: &RedisOptions, retry: StartupRetry) -> Result<Back
 }
 
 /// Connects the main Redis and, if given, the per-second one (first, as
-/// the original does), each blocking until it answers.
+/// the original does), each blocking until it answers; then gives each of
+/// `workers` connections of its own (see [`RedisStore`]). A worker whose
+/// connections fail to open (Redis went away in between) is logged and
+/// uses the shared ones.
 pub async fn connect(
     main: &RedisOptions,
     per_second: Option<&RedisOptions>,
     retry: StartupRetry,
+    workers: &Workers,
 ) -> Result<RedisStore, StoreError> {
-    let per_second = match per_second {
+    let shared_per_second = match per_second {
         Some(o) => Some(Node::new(connect_one(o, retry).await?)),
         None => None,
     };
-    let main = Node::new(connect_one(main, retry).await?);
-    let placement = Arc::new(RedisPlacement::new(&main, per_second.as_ref()));
+    let shared = Lanes {
+        main: Node::new(connect_one(main, retry).await?),
+        per_second: shared_per_second,
+    };
+    let mut on_workers = Vec::with_capacity(workers.len());
+    for (index, home) in workers.handles().iter().enumerate() {
+        let lanes = async {
+            let per_second = match (per_second, &shared.per_second) {
+                (Some(o), Some(n)) => Some(open_on(home, o, &n.backend).await?),
+                _ => None,
+            };
+            Ok::<_, StoreError>(Lanes {
+                main: open_on(home, main, &shared.main.backend).await?,
+                per_second,
+            })
+        };
+        on_workers.push(match lanes.await {
+            Ok(lanes) => Some(lanes),
+            Err(e) => {
+                tracing::warn!(worker = index, error = %e.message, "gRPC worker's own Redis connections failed to open; it uses the shared ones");
+                None
+            }
+        });
+    }
+    let placement = Arc::new(RedisPlacement::new(
+        &shared.main,
+        shared.per_second.as_ref(),
+    ));
     Ok(RedisStore {
-        main,
-        per_second,
+        shared,
+        workers: on_workers,
         placement,
         resynced_at: Default::default(),
+    })
+}
+
+/// One connection to the deployment of `options` (on a cluster, one per
+/// primary) and its coalescing lane, both living on the runtime `home`, for
+/// the worker that runs it; `like` is the deployment's shared backend,
+/// already connected.
+async fn open_on(
+    home: &Handle,
+    options: &RedisOptions,
+    like: &Backend,
+) -> Result<Node, StoreError> {
+    let pool = options.pool_of(1)?;
+    let (clustered, name, script) = (like.clustered, like.name.clone(), like.script.clone());
+    let opened = home.spawn(async move {
+        // fred's connection task, and the lane's, are spawned here: on
+        // `home`.
+        if let Err(e) = pool.init().await {
+            if pool.is_connected() {
+                let _ = pool.quit().await;
+            }
+            return Err(super::store_error(&e));
+        }
+        Ok(Node::new(Backend {
+            pool,
+            clustered,
+            name,
+            script,
+            discovery: None,
+        }))
+    });
+    opened.await.unwrap_or_else(|_| {
+        Err(StoreError::new(
+            StoreErrorKind::Unavailable,
+            "the gRPC worker stopped",
+        ))
     })
 }

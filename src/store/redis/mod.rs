@@ -100,11 +100,43 @@ fn int(n: u64) -> Value {
     Value::Integer(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
-/// Limits in Redis.
+/// A store's nodes as seen from one runtime: the main deployment and the
+/// per-second one, each with its connections and its coalescing lane.
 #[derive(Debug)]
-pub struct RedisStore {
+struct Lanes {
     main: Node,
     per_second: Option<Node>,
+}
+
+impl Lanes {
+    fn node(&self, per_second: bool) -> &Node {
+        match (&self.per_second, per_second) {
+            (Some(b), true) => b,
+            _ => &self.main,
+        }
+    }
+
+    fn nodes(&self) -> impl Iterator<Item = &Node> {
+        std::iter::once(&self.main).chain(self.per_second.as_ref())
+    }
+}
+
+/// Limits in Redis.
+///
+/// Connections: the shared pool (`REDIS_POOL_SIZE`, at most one per core)
+/// serves callers off the gRPC workers (the HTTP `/json` port, RLQS, lease
+/// returns), and each gRPC worker has one connection per node of its own,
+/// opened on its runtime ([`crate::workers`]), with its own coalescing
+/// lane: a decision made on a worker is sent, answered and resumed on that
+/// worker's thread. Per node, a request still makes at most one script
+/// call, under the same deadline.
+#[derive(Debug)]
+pub struct RedisStore {
+    /// The main runtime's lanes; also the source of the routing table.
+    shared: Lanes,
+    /// Worker `i`'s lanes; `None` for one that could not connect at start,
+    /// which then uses `shared`.
+    workers: Vec<Option<Lanes>>,
     /// Which node serves a key.
     placement: Arc<RedisPlacement>,
     /// When the cluster topology was last asked for again after a failure.
@@ -218,11 +250,22 @@ impl Backend {
 type Groups = Vec<((bool, u16), Vec<usize>)>;
 
 impl RedisStore {
+    /// The lanes of the calling thread's runtime: its worker's own, or
+    /// the shared ones.
+    fn lanes(&self) -> &Lanes {
+        crate::workers::current()
+            .and_then(|i| self.workers.get(i))
+            .and_then(Option::as_ref)
+            .unwrap_or(&self.shared)
+    }
+
     fn node(&self, per_second: bool) -> &Node {
-        match (&self.per_second, per_second) {
-            (Some(b), true) => b,
-            _ => &self.main,
-        }
+        self.lanes().node(per_second)
+    }
+
+    /// Every runtime's lanes, the shared ones first.
+    fn all_lanes(&self) -> impl Iterator<Item = &Lanes> {
+        std::iter::once(&self.shared).chain(self.workers.iter().flatten())
     }
 
     /// Positions of `keys` grouped by the script call that can serve them:
@@ -232,7 +275,7 @@ impl RedisStore {
     fn group_by_node<'k>(&self, keys: impl Iterator<Item = (&'k str, bool)>) -> Groups {
         let mut groups = Groups::new();
         for (i, (key, one_second)) in keys.enumerate() {
-            let per_second = self.per_second.is_some() && one_second;
+            let per_second = self.shared.per_second.is_some() && one_second;
             let slot = if self.node(per_second).backend.clustered {
                 fred::util::redis_keyslot(key.as_bytes())
             } else {
@@ -257,7 +300,7 @@ impl RedisStore {
     /// over, then its slots go to the new primary (a new node, with a
     /// closed breaker).
     fn resync_soon(&self) {
-        if !self.main.backend.clustered {
+        if !self.shared.main.backend.clustered {
             return;
         }
         {
@@ -268,8 +311,11 @@ impl RedisStore {
             *at = Some(Instant::now());
         }
         self.placement.routes.write().read_at = None;
-        let pool = self.main.backend.pool.clone();
-        let discovery = self.main.backend.discovery.clone();
+        let pools: Vec<Pool> = self
+            .all_lanes()
+            .map(|l| l.main.backend.pool.clone())
+            .collect();
+        let discovery = self.shared.main.backend.discovery.clone();
         tokio::spawn(async move {
             // The decision clients are refreshed only when the topology
             // has changed (a failover), so that a primary that merely
@@ -287,11 +333,11 @@ impl RedisStore {
                             .collect::<Vec<_>>()
                     })
                 };
-                if primaries(d.next()) == primaries(pool.next()) {
+                if primaries(d.next()) == primaries(pools[0].next()) {
                     return;
                 }
             }
-            for client in pool.clients() {
+            for client in pools.iter().flat_map(Pool::clients) {
                 if let Err(e) = client.sync_cluster().await {
                     tracing::debug!(error = %e, "cluster topology refresh failed; retried on the next failure");
                 }
@@ -304,8 +350,7 @@ impl RedisStore {
     /// (`REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`). The
     /// listener tasks end when the store's connections are closed.
     pub fn watch_connections(&self, on_change: Arc<dyn Fn(bool) + Send + Sync>) {
-        let nodes = std::iter::once(&self.main).chain(self.per_second.as_ref());
-        for node in nodes {
+        for node in self.all_lanes().flat_map(Lanes::nodes) {
             for client in node.backend.pool.clients() {
                 let up = Arc::clone(&on_change);
                 client.on_reconnect(move |_| {
@@ -328,9 +373,8 @@ impl RedisStore {
 
     /// Closes every connection.
     pub async fn quit(&self) {
-        let _ = self.main.backend.pool.quit().await;
-        if let Some(b) = &self.per_second {
-            let _ = b.backend.pool.quit().await;
+        for node in self.all_lanes().flat_map(Lanes::nodes) {
+            let _ = node.backend.pool.quit().await;
         }
     }
 }
@@ -354,7 +398,7 @@ impl Store for RedisStore {
 impl RedisStore {
     /// The RLQS demand boards on the main deployment.
     pub fn board(&self) -> board::RedisBoard {
-        board::RedisBoard::new(self.main.backend.pool.clone())
+        board::RedisBoard::new(self.shared.main.backend.pool.clone())
     }
 
     /// Where this store keeps its keys.

@@ -1,0 +1,145 @@
+//! The gRPC worker runtimes: one single-threaded tokio runtime per core,
+//! each on a thread of its own (`grpc-N`).
+//!
+//! They are made before the store and the gRPC edge, apart from both, so
+//! that each can put its per-worker part on them: the edge serves the
+//! connections it hands a worker there, and the Redis store opens
+//! connections that live there too. A request served on a worker then
+//! reaches Redis and gets its answer without leaving the worker's thread
+//! ([`current`] names the worker); a store connection owned by another
+//! runtime would cost two cross-thread wake-ups per call.
+//!
+//! A worker runs until the last clone of its [`Workers`] is dropped; then
+//! its runtime ends, and with it every task spawned on it.
+
+use std::cell::Cell;
+use std::sync::Arc;
+
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+thread_local! {
+    /// The worker the calling thread runs, if it is one.
+    static CURRENT: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// Which worker runs the calling thread: `Some(i)` on worker `i`'s thread,
+/// `None` anywhere else (the main runtime, a test, a blocking thread).
+pub fn current() -> Option<usize> {
+    CURRENT.with(Cell::get)
+}
+
+/// A worker thread or its runtime could not be made.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start gRPC worker {index}: {source}")]
+pub struct WorkerError {
+    /// Which worker.
+    pub index: usize,
+    /// The cause.
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// The running workers (none with `GRPC_WORKERS=0`). Cheap to clone; the
+/// workers stop when the last clone is dropped.
+#[derive(Debug, Clone, Default)]
+pub struct Workers {
+    inner: Arc<Running>,
+}
+
+#[derive(Debug, Default)]
+struct Running {
+    handles: Vec<Handle>,
+    /// Each worker's thread blocks on its receiver: dropping these ends
+    /// the workers.
+    _stop: Vec<oneshot::Sender<()>>,
+}
+
+impl Workers {
+    /// No worker: everything runs on the caller's runtime.
+    pub fn none() -> Workers {
+        Workers::default()
+    }
+
+    /// Starts `n` workers.
+    pub fn start(n: usize) -> Result<Workers, WorkerError> {
+        let mut running = Running::default();
+        for index in 0..n {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|source| WorkerError { index, source })?;
+            let handle = runtime.handle().clone();
+            let (stop, stopped) = oneshot::channel::<()>();
+            std::thread::Builder::new()
+                .name(format!("grpc-{index}"))
+                .spawn(move || {
+                    CURRENT.with(|c| c.set(Some(index)));
+                    // Runs what is spawned on `handle` until the stop.
+                    let _ = runtime.block_on(stopped);
+                })
+                .map_err(|source| WorkerError { index, source })?;
+            running.handles.push(handle);
+            running._stop.push(stop);
+        }
+        Ok(Workers {
+            inner: Arc::new(running),
+        })
+    }
+
+    /// How many workers run.
+    pub fn len(&self) -> usize {
+        self.inner.handles.len()
+    }
+
+    /// Whether there is no worker.
+    pub fn is_empty(&self) -> bool {
+        self.inner.handles.is_empty()
+    }
+
+    /// Each worker's runtime, in order: worker `i` is `handles()[i]`.
+    pub fn handles(&self) -> &[Handle] {
+        &self.inner.handles
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn each_worker_knows_itself_and_others_know_none() {
+        assert_eq!(current(), None);
+        let workers = Workers::start(3).expect("starts");
+        assert_eq!(workers.len(), 3);
+        for (i, handle) in workers.handles().iter().enumerate() {
+            let seen = handle.spawn(async { current() }).await.expect("runs");
+            assert_eq!(seen, Some(i));
+        }
+        assert!(Workers::none().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_workers_stop_with_their_last_clone() {
+        let workers = Workers::start(1).expect("starts");
+        let handle = workers.handles()[0].clone();
+        let (tx, mut rx) = oneshot::channel::<()>();
+        // Never ends by itself: only the runtime's end drops it.
+        handle.spawn(async move {
+            let _tx = tx;
+            std::future::pending::<()>().await
+        });
+        let clone = workers.clone();
+        drop(workers);
+        assert_eq!(
+            rx.try_recv(),
+            Err(oneshot::error::TryRecvError::Empty),
+            "still running with a clone left"
+        );
+        drop(clone);
+        tokio::time::timeout(std::time::Duration::from_secs(10), rx)
+            .await
+            .expect("the worker's tasks end with it")
+            .expect_err("dropped, never sent");
+    }
+}
