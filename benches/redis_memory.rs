@@ -3,7 +3,13 @@
 //! every key of the algorithm, and each key's TTL compared with the
 //! algorithm's full refill or window.
 //!
-//! `cargo bench --bench redis_memory` uses N = 100,000 per algorithm; under
+//! Beside `MEMORY USAGE` (the key and its value alone), the growth of
+//! Redis's `used_memory` per key: what a key really costs, with its share of
+//! the key space's and the expiry table's hash tables. The original's
+//! counters (`INCRBY` + `EXPIRE` keys) are measured the same way.
+//!
+//! `cargo bench --bench redis_memory` uses N = 100,000 per algorithm
+//! (`REDIS_MEMORY_KEYS=2000000` for the sizing page's 2 million); under
 //! `cargo test` (no `--bench` argument) 5,000, so the suite stays fast.
 //! Keys look like production ones: `rl2:{api_user_u-00012345_}:tb:3600s`.
 
@@ -14,11 +20,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratelimit::config::Entry;
-use ratelimit::limiter::{AlgorithmName, Limiter};
+use ratelimit::limiter::fixed_window::Window;
+use ratelimit::limiter::{AlgorithmName, Clock, Limiter, SystemClock};
 use ratelimit::store::key::algorithm_key;
 use ratelimit::store::redis::url::{Credentials, Target};
 use ratelimit::store::redis::{connect, RedisOptions, StartupRetry};
-use ratelimit::store::{Item, Limit, Store, StoreExt};
+use ratelimit::store::{Item, Limit, OriginalWindow, Policy, Store, StoreExt};
 use support::redis::RedisServer;
 
 /// Sums `MEMORY USAGE` and `PTTL` over the keys matching `ARGV[1]`.
@@ -33,7 +40,11 @@ return {#ks, bytes, ttl, none}";
 
 fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
-    let n: usize = if bench { 100_000 } else { 5_000 };
+    let n: usize = match std::env::var("REDIS_MEMORY_KEYS").ok() {
+        Some(v) if bench => v.parse().expect("REDIS_MEMORY_KEYS is a number"),
+        _ if bench => 100_000,
+        _ => 5_000,
+    };
     let server = RedisServer::start();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -59,12 +70,63 @@ fn main() {
             max: Duration::from_secs(1),
             max_elapsed: Duration::from_secs(30),
         };
-        Arc::new(connect(&options, None, retry).await.expect("connects"))
+        Arc::new(
+            connect(&options, None, retry, &ratelimit::workers::Workers::none())
+                .await
+                .expect("connects"),
+        )
     });
     println!("{n} active keys per algorithm, limit 100 per hour, one request each");
-    println!("| algorithm | bytes/key (MEMORY USAGE) | mean TTL | full refill/window |");
-    println!("|---|---|---|---|");
+    println!(
+        "| algorithm | bytes/key (MEMORY USAGE) | bytes/key (used_memory) | mean TTL | full refill/window |"
+    );
+    println!("|---|---|---|---|---|");
+    let used_memory = || -> u64 {
+        let info = server.cli(&["info", "memory"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("used_memory")
+    };
+    // The original's counters: one key per descriptor and window.
+    {
+        server.cli(&["flushall"]);
+        let before = used_memory();
+        let window = OriginalWindow {
+            limit: 100,
+            window: Window::containing(SystemClock.now_secs(), 3600),
+            ttl_seconds: 3600,
+        };
+        rt.block_on(async {
+            for chunk in (0..n).collect::<Vec<_>>().chunks(200) {
+                let batch: Vec<Item> = chunk
+                    .iter()
+                    .map(|i| {
+                        let key = format!("api_user_u-{i:08}_{}", window.window.start);
+                        Item::new(&key, Limit::Counter(window), 1)
+                    })
+                    .collect();
+                store.count(&batch, Policy::Commit).await.expect("count");
+            }
+        });
+        let grown = used_memory().saturating_sub(before);
+        let out = server.cli(&["eval", MEASURE, "0", "api_user_*"]);
+        let v: Vec<u64> = out.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        let [keys, bytes, ttl_ms, without_ttl] = v[..] else {
+            panic!("unexpected reply {out:?}");
+        };
+        assert_eq!(keys, n as u64, "every counter written");
+        assert_eq!(without_ttl, 0, "every counter has a TTL");
+        println!(
+            "| original fixed window (counter) | {} | {} | {:.1?} | 3600s |",
+            bytes / keys,
+            grown / keys,
+            Duration::from_millis(ttl_ms / keys)
+        );
+    }
     for algorithm in AlgorithmName::ALL {
+        server.cli(&["flushall"]);
+        let before = used_memory();
         let period = Duration::from_secs(3600);
         let limiter = Limiter::new(algorithm, 100, period, None).expect("valid");
         let suffix = format!("{}:3600s", algorithm.key_tag());
@@ -92,6 +154,7 @@ fn main() {
                 assert!(reply.committed);
             }
         });
+        let grown = used_memory().saturating_sub(before);
         let pattern = format!("rl2:*:{suffix}");
         let out = server.cli(&["eval", MEASURE, "0", &pattern]);
         let v: Vec<u64> = out.lines().filter_map(|l| l.trim().parse().ok()).collect();
@@ -120,8 +183,9 @@ fn main() {
             );
         }
         println!(
-            "| {algorithm} | {} | {:.1?} | {:?} |",
+            "| {algorithm} | {} | {} | {:.1?} | {:?} |",
             bytes / keys,
+            grown / keys,
             mean_ttl,
             full
         );
@@ -161,7 +225,7 @@ fn main() {
         panic!("unexpected reply {out:?}");
     };
     println!(
-        "| sliding_log, 100 entries | {} ({} per entry) | | |",
+        "| sliding_log, 100 entries | {} ({} per entry) | | | |",
         bytes / keys,
         bytes / keys / 100
     );

@@ -19,7 +19,8 @@
 # or, for a Limitador built from Kuadrant/limitador with
 # `cargo build --release -p limitador-server`, just
 # LIMITADOR=/path/to/limitador-server. A mode whose command is empty is
-# skipped. PIN=1 pins each server to core 0 and the clients and Redis to
+# skipped. Ours also runs on a 3-primary Redis Cluster (CLUSTER=0 skips
+# it; PEER_CLUSTER_CMD, with {redis} the seeds, adds the peer). PIN=1 pins each server to core 0 and the clients and Redis to
 # core 1. OURS_ENV adds settings to this service (e.g. "GRPC_WORKERS=1").
 #
 # Same descriptors (domain bench, one entry `key`), same clients, same
@@ -27,6 +28,11 @@
 #   h2load          one hot key (h2load sends one body): req/s, and the
 #                   server's CPU time per request from /proc
 #   ratelimit-bench uniform over 10,000 keys: req/s, p50, p99, p99.9
+#   many            ratelimit-bench at 4x16 with 10 descriptors per request
+#                   (domain many: ten key-only rules, uniform over 10,000
+#                   keys each), beside the 1-descriptor bench row
+# and the no-op server (ratelimit-bench noop: the same gRPC stack, no
+# decision; NOOP=0 skips it) as the ceiling of both,
 # then a correctness run: 4x16 for 3 s on one key limited to 10,000 per
 # hour (domain cmp): admitted against the limit, and errors. With MIXED=1,
 # also mixed requests at 4x16 (domain mixed: an original window, a token
@@ -64,6 +70,18 @@ descriptors:
   - key: key
     rate_limit: {unit: hour, requests_per_unit: 10000}
 EOF
+# Ten rules, one per descriptor of a 10-descriptor request, for both.
+{
+    echo "domain: many"
+    echo "descriptors:"
+    for i in $(seq 0 9); do
+        echo "  - key: key_$i"
+        echo "    rate_limit: {unit: minute, requests_per_unit: 4000000000}"
+    done
+} >"$root/ratelimit/config/many.yaml"
+for i in $(seq 0 9); do
+    printf -- '- namespace: many\n  max_value: 4000000000\n  seconds: 60\n  conditions: []\n  variables: ["descriptors[%d].key_%d"]\n' "$i" "$i"
+done >"$root/limitador-many.yaml"
 cat >"$root/limitador.yaml" <<'EOF'
 - namespace: bench
   max_value: 4000000000
@@ -76,6 +94,13 @@ cat >"$root/limitador.yaml" <<'EOF'
   conditions: []
   variables: ["descriptors[0].key"]
 EOF
+cat "$root/limitador-many.yaml" >>"$root/limitador.yaml"
+CLUSTER=${CLUSTER:-1}
+PEER_CLUSTER_CMD=${PEER_CLUSTER_CMD:-}
+if [ "$CLUSTER" = 1 ]; then
+    start_cluster
+    seeds=$(printf '127.0.0.1:%s,' "${cports[@]:0:3}" | sed 's/,$//')
+fi
 . integration/load/service.sh
 
 # One gRPC-framed ShouldRateLimit request (domain bench, key=h2load).
@@ -94,17 +119,19 @@ start() { # server store: sets $pid and $target
     if [ "$1" = ours ]; then
         local extra=(BACKEND_TYPE=memory)
         [ "$2" = redis ] && extra=(BACKEND_TYPE=redis REDIS_URL="127.0.0.1:$rport")
+        [ "$2" = cluster ] && extra=(BACKEND_TYPE=redis REDIS_TYPE=cluster REDIS_URL="$seeds")
         # shellcheck disable=SC2206
         extra+=(${OURS_ENV:-})
         start_service "${extra[@]}"
         pid=$svc target=$grpc
         return
     fi
-    local cmd
-    [ "$2" = memory ] && cmd=$PEER_MEMORY_CMD || cmd=$PEER_REDIS_CMD
+    local cmd redis=127.0.0.1:$rport
+    cmd=$(peer_cmd "$2")
+    [ "$2" = cluster ] && redis=$seeds
     read -r port http_port <<<"$(free_ports 2)"
     cmd=${cmd//\{port\}/$port}; cmd=${cmd//\{http_port\}/$http_port}
-    cmd=${cmd//\{redis\}/127.0.0.1:$rport}; cmd=${cmd//\{dir\}/$root}
+    cmd=${cmd//\{redis\}/$redis}; cmd=${cmd//\{dir\}/$root}
     # shellcheck disable=SC2086
     "${svc_cpu[@]}" $cmd >"$work/peer.log" 2>&1 &
     pid=$! target=127.0.0.1:$port
@@ -112,6 +139,14 @@ start() { # server store: sets $pid and $target
 }
 
 stop() { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
+
+peer_cmd() { # store: the peer's command for it, or nothing
+    case $1 in
+        memory) echo "$PEER_MEMORY_CMD" ;;
+        redis) echo "$PEER_REDIS_CMD" ;;
+        cluster) echo "$PEER_CLUSTER_CMD" ;;
+    esac
+}
 
 h2() { # label level
     local c=${2%x*} m=${2#*x} before after out rps
@@ -126,11 +161,67 @@ h2() { # label level
         "$(python3 -c "import sys; t=$after-$before; d=float('${DURATION%s}')+1; print('%.2f' % (t*1e6/100/max(1.0, float('${rps:-1}')*d)))")" "$done"
 }
 
+# The Redis side of a row on the store being measured ($store): its
+# servers (a cluster's replicas too), their CPU ticks, and the script calls
+# they ran.
+store_ports() {
+    case $store in
+        redis) echo "$rport" ;;
+        cluster) echo "${cports[@]}" ;;
+    esac
+}
+redis_ticks() {
+    local t=0 p rp
+    for p in $(store_ports); do
+        rp=$(redis-cli -p "$p" info server | tr -d '\r' | sed -n 's/^process_id://p')
+        t=$((t + $(cpu_ticks "$rp")))
+    done
+    echo "$t"
+}
+script_calls() {
+    local n=0 p c
+    for p in $(store_ports); do
+        c=$(redis-cli -p "$p" info commandstats | tr -d '\r' | sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\),.*/\1/p')
+        n=$((n + ${c:-0}))
+    done
+    echo "$n"
+}
+# " redis_cpu_us_per_req=.. calls_per_req=.. calls_per_s_per_primary=.."
+# over a run of ~rps x (DURATION + 1 s warm-up) requests; nothing on memory.
+store_side() { # ticks_before calls_before rps
+    [ -z "$(store_ports)" ] && return
+    local primaries=1; [ "$store" = cluster ] && primaries=3
+    python3 -c "
+t=$(redis_ticks)-$1; n=$(script_calls)-$2; d=float('${DURATION%s}')+1; r=max(1.0, float('$3')*d)
+print(' redis_cpu_us_per_req=%.2f calls_per_req=%.3f calls_per_s_per_primary=%d' % (t*1e6/100/r, n/r, n/d/$primaries))"
+}
+
+# The run over time: the p99.9 of the median and of the worst of its 60
+# slices (ratelimit-bench --svg; the chart goes to $CHARTS/ when set).
+slices() { # stderr file
+    sed -n 's/^slices: p99.9 of the median slice \([0-9]*\) us, of the worst \([0-9]*\) us.*(\(.*\)x)$/ slice_p999_median_us=\1 slice_p999_worst_us=\2 worst_to_median=\3/p' "$1"
+}
+
 bench() { # label level
-    local c=${2%x*} m=${2#*x} out
+    local c=${2%x*} m=${2#*x} out ticks calls svg
+    svg="${CHARTS:-$work}/$(echo "$1 $2" | tr ' ' '_').svg"
+    [ -n "${CHARTS:-}" ] && mkdir -p "$CHARTS"
+    ticks=$(redis_ticks); calls=$(script_calls)
     out=$("${other_cpu[@]}" target/release/ratelimit-bench run --target "$target" --connections "$c" --concurrency "$m" \
-        --duration "$DURATION" --warmup 1s --keys uniform:10000 --domain bench | tail -1)
-    printf '%-28s bench  %-5s %s\n' "$1" "$2" "$(echo "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print("rps=%d p50_us=%d p99_us=%d p999_us=%d errors=%d" % (d["rps"], d["p50_us"], d["p99_us"], d["p999_us"], d["errors"]))')"
+        --duration "$DURATION" --warmup 1s --keys uniform:10000 --domain bench --svg "$svg" 2>"$work/bench.err" | tail -1)
+    local rps; rps=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["rps"])')
+    printf '%-28s bench  %-5s %s%s%s\n' "$1" "$2" "$(echo "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print("rps=%d p50_us=%d p99_us=%d p999_us=%d errors=%d" % (d["rps"], d["p50_us"], d["p99_us"], d["p999_us"], d["errors"]))')" \
+        "$(store_side "$ticks" "$calls" "$rps")" "$(slices "$work/bench.err")"
+}
+
+many() { # label: 10 descriptors per request at 4x16
+    local out ticks calls
+    ticks=$(redis_ticks); calls=$(script_calls)
+    out=$("${other_cpu[@]}" target/release/ratelimit-bench run --target "$target" --connections 4 --concurrency 16 \
+        --duration "$DURATION" --warmup 1s --keys uniform:10000 --descriptors 10 --domain many | tail -1)
+    local rps; rps=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["rps"])')
+    printf '%-28s many   4x16  %s%s\n' "$1" "$(echo "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print("rps=%d p50_us=%d p99_us=%d p999_us=%d ok=%d errors=%d" % (d["rps"], d["p50_us"], d["p99_us"], d["p999_us"], d["ok"], d["errors"]))')" \
+        "$(store_side "$ticks" "$calls" "$rps")"
 }
 
 mixed() { # label
@@ -150,17 +241,35 @@ correctness() { # label
 echo "=== $PEER_NAME vs ours; levels $LEVELS; $DURATION per row (+1s warm-up); $ROUNDS rounds; PIN=$PIN"
 for round in $(seq "$ROUNDS"); do
     echo "--- round $round"
+    # The ceiling: the no-op server on the same gRPC stack, same clients.
+    if [ "${NOOP:-1}" = 1 ]; then
+        store=memory
+        read -r nport <<<"$(free_ports 1)"
+        "${svc_cpu[@]}" target/release/ratelimit-bench noop --listen "127.0.0.1:$nport" >"$work/noop.log" 2>&1 &
+        pid=$! target=127.0.0.1:$nport
+        wait_port "$nport"
+        for level in $LEVELS; do
+            h2 "noop" "$level"
+            bench "noop" "$level"
+        done
+        stop
+    fi
     order="ours peer"; [ $((round % 2)) = 0 ] && order="peer ours"
-    for store in memory redis; do
+    stores="memory redis"; [ "$CLUSTER" = 1 ] && stores="$stores cluster"
+    for store in $stores; do
         for server in $order; do
-            [ "$server" = peer ] && [ -z "$([ "$store" = memory ] && echo "$PEER_MEMORY_CMD" || echo "$PEER_REDIS_CMD")" ] && continue
+            [ "$server" = peer ] && [ -z "$(peer_cmd "$store")" ] && continue
             name=$([ "$server" = ours ] && echo ratelimit || echo "$PEER_NAME")
             redis-cli -p "$rport" flushall >/dev/null
+            if [ "$store" = cluster ]; then
+                for p in "${cports[@]:0:3}"; do redis-cli -p "$p" flushall >/dev/null 2>&1 || true; done
+            fi
             start "$server" "$store"
             for level in $LEVELS; do
                 h2 "$name $store" "$level"
                 bench "$name $store" "$level"
             done
+            many "$name $store"
             [ "${MIXED:-0}" = 1 ] && mixed "$name $store"
             [ "$round" = 1 ] && correctness "$name $store"
             stop

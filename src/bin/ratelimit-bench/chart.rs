@@ -56,6 +56,23 @@ impl Timeline {
         }
     }
 
+    /// The p99.9 of the median slice and of the worst one, with the worst
+    /// one's index, in µs, over the slices that answered anything; `None`
+    /// if none did.
+    pub fn p999_spread(&self) -> Option<(u64, u64, usize)> {
+        let mut p999: Vec<(u64, usize)> = self
+            .latency
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| !h.is_empty())
+            .map(|(i, h)| (h.value_at_quantile(0.999), i))
+            .collect();
+        p999.sort_unstable();
+        let median = p999.get(p999.len() / 2)?.0;
+        let (worst, at) = *p999.last()?;
+        Some((median, worst, at))
+    }
+
     /// Writes the chart to `path`, titled `title`.
     pub fn write_svg(&self, path: &Path, title: &str) -> Result<(), String> {
         draw(self, path, title).map_err(|e| format!("{}: {e}", path.display()))
@@ -166,5 +183,23 @@ mod tests {
         let svg = std::fs::read_to_string(&path).expect("read");
         assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(200)]);
         assert!(svg.contains("p99.9") && svg.contains("test run"));
+    }
+
+    #[test]
+    fn the_p999_spread_names_the_worst_slice() {
+        let start = Instant::now();
+        let mut t = Timeline::new(start, Duration::from_secs(6)).expect("histograms");
+        assert_eq!(t.p999_spread(), None);
+        // 100 µs everywhere, 5 ms in slice 7 (index 6).
+        for slice in 0..60u64 {
+            let micros = if slice == 6 { 5_000 } else { 100 };
+            for k in 0..10u64 {
+                t.answered(start + Duration::from_millis(slice * 100 + k), micros);
+            }
+        }
+        let (median, worst, at) = t.p999_spread().expect("slices answered");
+        assert_eq!(at, 6);
+        assert!((99..=101).contains(&median), "{median}");
+        assert!((4_950..=5_050).contains(&worst), "{worst}");
     }
 }
