@@ -358,7 +358,7 @@ async fn one_script_per_decision(redis: &Redis) {
     match redis {
         // Three keys, one node: one call per request.
         Redis::Single(_) => assert_eq!(evals, 20),
-        // One call per slot touched: at most three per request.
+        // One call per primary touched: at most three per request.
         Redis::Cluster(_) => assert!((20..=60).contains(&evals), "evalsha {evals}"),
         Redis::Sentinel(_) => assert_eq!(evals, 20),
     }
@@ -396,8 +396,7 @@ async fn mixed_requests_are_one_trip(redis: &Redis) {
     match redis {
         // One node: one call per request (the goal is at most 105).
         Redis::Single(_) | Redis::Sentinel(_) => assert!(evals <= 105, "evalsha {evals}"),
-        // One call per slot touched: the original's key and each
-        // descriptor's opt-in limits sit on slots of their own.
+        // One call per primary touched: at most three per request.
         Redis::Cluster(_) => assert!((100..=300).contains(&evals), "evalsha {evals}"),
     }
     // The opt-in limits took what the requests asked: 999 of 1000 left.
@@ -405,6 +404,31 @@ async fn mixed_requests_are_one_trip(redis: &Redis) {
         .await
         .expect("call");
     assert_eq!(r.statuses[0].limit_remaining, 999);
+}
+
+/// Ten descriptors of a request, on ten hash slots, are one script call per
+/// node: one on a single Redis, at most one per primary (three) on the
+/// cluster, where a call per slot would be ten; each still decided on its
+/// own key.
+async fn ten_descriptors_are_a_call_per_node(redis: &Redis) {
+    let svc = start(redis, &[]);
+    hour_window();
+    let mut c = svc.client().await;
+    let before = redis.calls("evalsha");
+    for i in 0..10 {
+        let values: Vec<String> = (0..10).map(|j| format!("ten{i}_{j}")).collect();
+        let descriptors = values.iter().map(|v| desc(&[("l20", v)])).collect();
+        let r = call(&mut c, request("d", descriptors)).await.expect("call");
+        assert_eq!(r.overall_code, OK);
+        let remaining: Vec<u32> = r.statuses.iter().map(|s| s.limit_remaining).collect();
+        assert_eq!(remaining, vec![19; 10]);
+    }
+    let evals = redis.calls("evalsha") - before;
+    println!("10 requests of 10 descriptors: {evals} script calls");
+    match redis {
+        Redis::Cluster(_) => assert!((10..=30).contains(&evals), "evalsha {evals}"),
+        Redis::Single(_) | Redis::Sentinel(_) => assert_eq!(evals, 10),
+    }
 }
 
 /// A server that lost its scripts (`SCRIPT FLUSH`, a restart without
@@ -442,6 +466,7 @@ async fn single_redis() {
     share_threshold(&redis).await;
     one_script_per_decision(&redis).await;
     mixed_requests_are_one_trip(&redis).await;
+    ten_descriptors_are_a_call_per_node(&redis).await;
     lost_scripts_are_loaded_again(&redis).await;
 }
 
@@ -454,6 +479,7 @@ async fn redis_cluster() {
     share_threshold(&redis).await;
     one_script_per_decision(&redis).await;
     mixed_requests_are_one_trip(&redis).await;
+    ten_descriptors_are_a_call_per_node(&redis).await;
     lost_scripts_are_loaded_again(&redis).await;
 }
 

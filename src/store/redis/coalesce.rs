@@ -18,6 +18,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::store::{StoreError, StoreErrorKind};
@@ -32,7 +33,8 @@ const JOIN_ROUNDS: usize = 1;
 const QUEUE: usize = 4096;
 
 /// One script's way to one node: through a [`Coalescer`] on a single node
-/// (plain or behind sentinels), one call per item on a Cluster slot.
+/// (plain or behind sentinels) and on a Cluster primary that takes the
+/// per-node script, one call per item on a Cluster slot.
 pub(crate) struct Lane<B: Batch> {
     batch: Arc<B>,
     queue: Option<Coalescer<B>>,
@@ -47,11 +49,11 @@ impl<B: Batch> std::fmt::Debug for Lane<B> {
 }
 
 impl<B: Batch> Lane<B> {
-    /// A lane for `batch`, coalescing iff `coalesce`. Needs a tokio runtime.
-    pub(crate) fn new(batch: B, coalesce: bool) -> Lane<B> {
+    /// A lane for `batch`, coalescing on the runtime `on` if given.
+    pub(crate) fn new(batch: B, on: Option<&Handle>) -> Lane<B> {
         let batch = Arc::new(batch);
         Lane {
-            queue: coalesce.then(|| Coalescer::spawn(Arc::clone(&batch))),
+            queue: on.map(|home| Coalescer::spawn(Arc::clone(&batch), home)),
             batch,
         }
     }
@@ -106,11 +108,11 @@ fn gone() -> StoreError {
 }
 
 impl<B: Batch> Coalescer<B> {
-    /// Starts the task that feeds `batch`. Needs a tokio runtime.
-    pub(crate) fn spawn(batch: Arc<B>) -> Coalescer<B> {
+    /// Starts the task that feeds `batch` on `home`, where its calls run.
+    pub(crate) fn spawn(batch: Arc<B>, home: &Handle) -> Coalescer<B> {
         let (tx, mut rx) = mpsc::channel::<Job<B>>(QUEUE);
         let permits = Arc::new(Semaphore::new(IN_FLIGHT));
-        tokio::spawn(async move {
+        home.spawn(async move {
             loop {
                 // Take a call slot first: while every slot is busy, decisions
                 // queue up and leave together when one frees.

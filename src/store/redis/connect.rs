@@ -215,6 +215,20 @@ impl Default for StartupRetry {
     }
 }
 
+/// The per-node script, if the cluster's primaries take it (Redis 7,
+/// Valkey: script flags); a deployment that refuses it keeps one script
+/// call per hash slot.
+async fn per_node_script(pool: &Pool) -> Option<Script> {
+    let script = Script::from_lua(super::scripts::LIMITS_PER_NODE);
+    match script.load(pool.next()).await {
+        Ok(()) => Some(script),
+        Err(e) => {
+            tracing::warn!(error = %e, "the Redis Cluster refused the per-node script (it needs Redis 7 or Valkey); one script call per hash slot instead");
+            None
+        }
+    }
+}
+
 /// Connects one deployment, retrying until `PING` answers `PONG`.
 async fn connect_one(options: &RedisOptions, retry: StartupRetry) -> Result<Backend, StoreError> {
     let started = Instant::now();
@@ -235,10 +249,10 @@ async fn connect_one(options: &RedisOptions, retry: StartupRetry) -> Result<Back
         match attempt.await {
             Ok(()) => {
                 let clustered = matches!(options.target, Target::Cluster { .. });
-                let discovery = if clustered {
-                    discovery_pool(options).await
+                let (discovery, node_script) = if clustered {
+                    (discovery_pool(options).await, per_node_script(&pool).await)
                 } else {
-                    None
+                    (None, None)
                 };
                 return Ok(Backend {
                     discovery,
@@ -246,6 +260,7 @@ async fn connect_one(options: &RedisOptions, retry: StartupRetry) -> Result<Back
                     clustered,
                     name: NodeId::new(&options.display),
                     script: Script::from_lua(super::scripts::LIMITS),
+                    node_script,
                 });
             }
             Err(e) => {
@@ -339,7 +354,8 @@ async fn open_on(
     like: &Backend,
 ) -> Result<Node, StoreError> {
     let pool = options.pool_of(1)?;
-    let (clustered, name, script) = (like.clustered, like.name.clone(), like.script.clone());
+    let (clustered, name) = (like.clustered, like.name.clone());
+    let (script, node_script) = (like.script.clone(), like.node_script.clone());
     let opened = home.spawn(async move {
         // fred's connection task, and the lane's, are spawned here: on
         // `home`.
@@ -354,6 +370,7 @@ async fn open_on(
             clustered,
             name,
             script,
+            node_script,
             discovery: None,
         }))
     });

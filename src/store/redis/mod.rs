@@ -2,11 +2,13 @@
 //! cluster, through `fred`, with the original's keys for the original's
 //! counters.
 //!
-//! A request's work costs one `EVALSHA` per node touched (per hash slot in
-//! Redis Cluster, sent concurrently) instead of the original's `INCRBY` +
-//! `EXPIRE` per key, whatever mix of limits it carries; see [`scripts`] and
-//! `work`. On a single node, works that arrive while earlier calls run are
-//! coalesced into one call (each still atomic); see `coalesce`.
+//! A request's work costs one `EVALSHA` per node touched (per primary in
+//! Redis Cluster, sent concurrently; per hash slot where the cluster
+//! refuses script flags, before Redis 7) instead of the original's
+//! `INCRBY` + `EXPIRE` per key, whatever mix of limits it carries; see
+//! [`scripts`] and `work`. On a single node and on each Cluster primary,
+//! works that arrive while earlier calls run are coalesced into one call
+//! (each still atomic); see `coalesce`.
 //!
 //! With `REDIS_PERSECOND`, counters of one-second windows go to their own
 //! Redis, as in the original.
@@ -52,28 +54,69 @@ struct Backend {
     name: NodeId,
     /// `limits.lua`.
     script: Script,
+    /// On a cluster whose primaries took it, the per-node variant
+    /// ([`scripts::LIMITS_PER_NODE`]): a request's items on one primary
+    /// are one call, whatever their slots.
+    node_script: Option<Script>,
     /// On a cluster, a one-connection client that only reads the topology:
     /// a refresh that asks a hung primary stalls this client, not the ones
     /// that carry decisions (fred's routing waits for its refresh).
     discovery: Option<Pool>,
 }
 
-/// A deployment and its script's lane (see [`coalesce`]): coalesced on a
-/// single node (plain or behind sentinels), one call per slot on a Cluster.
+/// A deployment and its script's lanes (see [`coalesce`]): one coalesced
+/// lane on a single node (plain or behind sentinels); on a Cluster, a
+/// coalesced lane per primary with the per-node script, or one call per
+/// slot where the deployment refused that script.
 #[derive(Debug)]
 struct Node {
     backend: Arc<Backend>,
+    /// The single node's lane; a Cluster's per-slot calls.
     lane: coalesce::Lane<work::LimitCalls>,
+    /// A Cluster's lanes by primary, made on first use (a failover adds
+    /// the new primary's; there are as many as primaries ever served).
+    primaries: parking_lot::Mutex<Vec<(NodeId, Arc<coalesce::Lane<work::LimitCalls>>)>>,
+    /// The runtime the lanes' tasks run on: the one that made the node.
+    home: tokio::runtime::Handle,
 }
 
 impl Node {
+    /// Needs a tokio runtime: the node's lanes live on it.
     fn new(backend: Backend) -> Node {
         let backend = Arc::new(backend);
+        let home = tokio::runtime::Handle::current();
         let single = !backend.clustered;
         Node {
-            lane: coalesce::Lane::new(work::LimitCalls(Arc::clone(&backend)), single),
+            lane: coalesce::Lane::new(
+                work::LimitCalls::new(Arc::clone(&backend), false),
+                single.then_some(&home),
+            ),
+            primaries: parking_lot::Mutex::default(),
             backend,
+            home,
         }
+    }
+
+    /// Runs `group` in the call `route` names.
+    async fn run(&self, route: Route, group: work::Group) -> Result<Vec<i64>, StoreError> {
+        match route {
+            Route::Primary(node) => self.primary(&node).run(group).await,
+            Route::Slot(_) => self.lane.run(group).await,
+        }
+    }
+
+    /// The lane to the Cluster primary `node`, with the per-node script.
+    fn primary(&self, node: &NodeId) -> Arc<coalesce::Lane<work::LimitCalls>> {
+        let mut lanes = self.primaries.lock();
+        if let Some((_, lane)) = lanes.iter().find(|(n, _)| n == node) {
+            return Arc::clone(lane);
+        }
+        let lane = Arc::new(coalesce::Lane::new(
+            work::LimitCalls::new(Arc::clone(&self.backend), true),
+            Some(&self.home),
+        ));
+        lanes.push((node.clone(), Arc::clone(&lane)));
+        lane
     }
 }
 
@@ -244,10 +287,18 @@ impl Backend {
     }
 }
 
+/// Which script call serves a key: its hash slot's (slot 0 off a
+/// cluster), or, on a cluster that runs the per-node script, its primary's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Route {
+    Slot(u16),
+    Primary(NodeId),
+}
+
 /// Batch positions grouped by the script call that can serve them, keyed by
-/// (per-second Redis?, hash slot), in order of first appearance. A request
+/// (per-second Redis?, route), in order of first appearance. A request
 /// touches few nodes, so a linear search beats a map here.
-type Groups = Vec<((bool, u16), Vec<usize>)>;
+type Groups = Vec<((bool, Route), Vec<usize>)>;
 
 impl RedisStore {
     /// The lanes of the calling thread's runtime: its worker's own, or
@@ -269,24 +320,32 @@ impl RedisStore {
     }
 
     /// Positions of `keys` grouped by the script call that can serve them:
-    /// (per-second Redis?, hash slot; 0 off a cluster). Each key comes with
-    /// whether it counts a one-second window (those go to the per-second
-    /// Redis when there is one).
+    /// (per-second Redis?, route). Each key comes with whether it counts a
+    /// one-second window (those go to the per-second Redis when there is
+    /// one). On the main cluster with the per-node script, keys group by
+    /// their slot's primary in the routing table (at most
+    /// [`ROUTES_MAX_AGE`] old; a key that moved since fails its call, which
+    /// refreshes the table); else by slot.
     fn group_by_node<'k>(&self, keys: impl Iterator<Item = (&'k str, bool)>) -> Groups {
         let mut groups = Groups::new();
         for (i, (key, one_second)) in keys.enumerate() {
             let per_second = self.shared.per_second.is_some() && one_second;
-            let slot = if self.node(per_second).backend.clustered {
-                fred::util::redis_keyslot(key.as_bytes())
+            let backend = &self.shared.node(per_second).backend;
+            let route = if backend.clustered {
+                let slot = fred::util::redis_keyslot(key.as_bytes());
+                let primary = (!per_second && backend.node_script.is_some())
+                    .then(|| self.placement.primary_of(slot))
+                    .flatten();
+                primary.map_or(Route::Slot(slot), Route::Primary)
             } else {
-                0
+                Route::Slot(0)
             };
             match groups
                 .iter_mut()
-                .find(|(node, _)| *node == (per_second, slot))
+                .find(|((ps, r), _)| *ps == per_second && *r == route)
             {
                 Some((_, positions)) => positions.push(i),
-                None => groups.push(((per_second, slot), vec![i])),
+                None => groups.push(((per_second, route), vec![i])),
             }
         }
         groups

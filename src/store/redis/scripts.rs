@@ -15,3 +15,10 @@
 
 /// The script text.
 pub const LIMITS: &str = include_str!("limits.lua");
+
+/// The same script for one call per Redis Cluster primary: the keys of
+/// all of a request's slots on that primary in one call
+/// (`node_keys.lua` says how they are passed). Needs Redis 7 or Valkey
+/// (script flags); a deployment that refuses it keeps one call per slot.
+pub const LIMITS_PER_NODE: &str =
+    concat!(include_str!("node_keys.lua"), include_str!("limits.lua"));

@@ -1,6 +1,7 @@
 //! A request's store work in Redis: one `limits.lua` call per node (per
-//! hash slot in Redis Cluster, and the per-second Redis apart), all sent
-//! before any answer is awaited.
+//! primary in Redis Cluster, whatever slots its keys sit on; per hash slot
+//! on a cluster that refuses the per-node script; the per-second Redis
+//! apart), all sent before any answer is awaited.
 //!
 //! # Time
 //!
@@ -17,17 +18,18 @@
 //! and the rest taken only if every binding item (counters included) is
 //! admitted, atomically. Keys of one descriptor's opt-in limits share a
 //! hash tag, so they are always on one slot; the original's keys name
-//! their window, so on a Cluster they sit on slots of their own. A work
-//! whose items are on several slots (or on the main and the per-second
-//! Redis) is **reserved, then refunded**: every slot's script runs
+//! their window, so on a Cluster they sit on slots of their own, and a
+//! request's keys on one primary are still one script. A work whose items
+//! are on several nodes (Cluster primaries, or the main and the per-second
+//! Redis) is **reserved, then refunded**: every node's script runs
 //! concurrently and takes its own part if that part passes; if any part
 //! refused (a binding counter over its limit, or a binding limit denied),
 //! the parts that took are sent a refund (the same costs given back, the
 //! sliding log's entries removed by name). Counters are never given back:
 //! the original counts every request. So "a request an original window
-//! refuses takes nothing from the opt-in limits" holds across slots after
+//! refuses takes nothing from the opt-in limits" holds across nodes after
 //! one round trip. Bound: a refused request holds its cost on the other
-//! slots' limits for one round trip (concurrent requests can be denied
+//! nodes' limits for one round trip (concurrent requests can be denied
 //! meanwhile: at most the cost of the requests in flight on those keys),
 //! and keeps it only if the refund itself fails (Redis down between the two
 //! calls), at most its cost per limit. A part whose node failed refunds
@@ -54,7 +56,7 @@ use std::time::Duration;
 use fred::types::Value;
 use tokio::time::Instant;
 
-use super::{coalesce, int, until, Backend, RedisStore};
+use super::{coalesce, int, until, Backend, RedisStore, Route};
 use crate::limiter::Decision;
 use crate::store::{Answer, Decided, Item, Limit, Policy, Reply, StoreError, StoreErrorKind, Work};
 
@@ -68,6 +70,7 @@ const ITEM_REPLY: usize = 5;
 /// One script call's worth of a work's items.
 struct Part<'a> {
     per_second: bool,
+    route: Route,
     positions: Vec<usize>,
     items: &'a [Item],
 }
@@ -194,21 +197,59 @@ pub(super) struct Group {
 /// `limits.lua` calls on one node, for the coalescer: groups of several
 /// requests in one call, each still applied on its own.
 #[derive(Debug)]
-pub(super) struct LimitCalls(pub(super) Arc<Backend>);
+pub(super) struct LimitCalls {
+    backend: Arc<Backend>,
+    /// The per-node script, for a Cluster primary: the groups' keys may
+    /// sit on any of its slots.
+    per_node: bool,
+}
 
 impl LimitCalls {
-    async fn call(backend: &Backend, groups: Vec<Group>) -> Result<Vec<Vec<i64>>, StoreError> {
-        let n_keys = groups.iter().map(|g| g.keys.len()).sum();
+    pub(super) fn new(backend: Arc<Backend>, per_node: bool) -> LimitCalls {
+        LimitCalls { backend, per_node }
+    }
+
+    async fn call(&self, groups: Vec<Group>) -> Result<Vec<Vec<i64>>, StoreError> {
+        let backend = &self.backend;
+        let n_keys: usize = groups.iter().map(|g| g.keys.len()).sum();
+        let n_args = 1 + groups.iter().map(|g| g.args.len()).sum::<usize>();
         let mut keys = Vec::with_capacity(n_keys);
-        let mut argv = Vec::with_capacity(1 + groups.iter().map(|g| g.args.len()).sum::<usize>());
-        argv.push(int(groups.len() as u64));
+        let mut argv = Vec::with_capacity(n_args + if self.per_node { n_keys } else { 0 });
         let mut sizes = Vec::with_capacity(groups.len());
+        let mut args = Vec::with_capacity(n_args);
+        args.push(int(groups.len() as u64));
         for g in groups {
             keys.extend(g.keys);
-            argv.extend(g.args);
+            args.extend(g.args);
             sizes.push(g.reply_len);
         }
-        backend.call(&backend.script, keys, argv, sizes).await
+        let script = match (self.per_node, &backend.node_script) {
+            (true, Some(script)) => {
+                // The first key is declared and routes the call; the
+                // others follow their count in ARGV (see node_keys.lua).
+                argv.push(int(n_keys as u64));
+                argv.extend(keys.drain(1..).map(Value::from));
+                script
+            }
+            _ => &backend.script,
+        };
+        argv.extend(args);
+        backend
+            .call(script, keys, argv, sizes)
+            .await
+            .map_err(moved_key)
+    }
+}
+
+/// A per-node call that touched a key its primary no longer serves (the
+/// routes changed under a failover or a resharding) did not reach the
+/// key's node: unreachable, as a call to a failed node is, so that the
+/// routing table is read again and the items' policies answer.
+fn moved_key(e: StoreError) -> StoreError {
+    if e.kind == StoreErrorKind::Rejected && e.message.contains("non local key") {
+        StoreError::new(StoreErrorKind::Unavailable, e.message)
+    } else {
+        e
     }
 }
 
@@ -220,7 +261,7 @@ impl coalesce::Batch for LimitCalls {
         &self,
         items: Vec<Group>,
     ) -> impl std::future::Future<Output = Result<Vec<Vec<i64>>, StoreError>> + Send {
-        LimitCalls::call(&self.0, items)
+        self.call(items)
     }
 }
 
@@ -316,8 +357,9 @@ pub(super) async fn execute(store: &RedisStore, work: &Work, deadline: Option<In
     let groups = store.group_by_node(items.iter().map(|c| (c.key.as_str(), c.limit.one_second())));
     let parts: Vec<Part<'_>> = groups
         .into_iter()
-        .map(|((per_second, _), positions)| Part {
+        .map(|((per_second, route), positions)| Part {
             per_second,
+            route,
             positions,
             items,
         })
@@ -350,7 +392,10 @@ pub(super) async fn execute(store: &RedisStore, work: &Work, deadline: Option<In
     };
     let call = |part: &Part<'_>| {
         let group = part.group(mode, &nonce, taken_at, None, |i| costs[i]);
-        until(deadline, store.node(part.per_second).lane.run(group))
+        until(
+            deadline,
+            store.node(part.per_second).run(part.route.clone(), group),
+        )
     };
     // One node (the common case): no join.
     let replies = match parts.as_slice() {
@@ -453,7 +498,11 @@ async fn stop_across_parts(
         let only = counters(part);
         let group = part.group("read", nonce, 0, Some(&only), |i| part.items[i].cost);
         async move {
-            let reply = until(deadline, store.node(part.per_second).lane.run(group)).await;
+            let reply = until(
+                deadline,
+                store.node(part.per_second).run(part.route.clone(), group),
+            )
+            .await;
             (only, reply)
         }
     });
@@ -509,11 +558,31 @@ async fn refund(
         }
         let at = now_us.max(&0).unsigned_abs();
         let group = part.group("refund", nonce, at, Some(&taken), |i| part.items[i].cost);
-        Some(until(deadline, store.node(part.per_second).lane.run(group)))
+        Some(until(
+            deadline,
+            store.node(part.per_second).run(part.route.clone(), group),
+        ))
     });
     for result in futures::future::join_all(calls).await {
         if let Err(e) = result {
             tracing::warn!(error = %e, "refund of a refused request failed; its cost stays counted until the limits' keys expire");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_its_primary_no_longer_serves_is_unreachable_not_refused() {
+        // Redis 7 and Valkey 8 both word it so.
+        let moved = StoreError::new(
+            StoreErrorKind::Rejected,
+            "ERR Script attempted to access a non local key in a cluster node script: 3fb5, on @user_script:2.",
+        );
+        assert_eq!(moved_key(moved).kind, StoreErrorKind::Unavailable);
+        let other = StoreError::new(StoreErrorKind::Rejected, "ERR wrong number of arguments");
+        assert_eq!(moved_key(other).kind, StoreErrorKind::Rejected);
     }
 }
