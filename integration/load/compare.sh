@@ -199,7 +199,7 @@ print(' redis_cpu_us_per_req=%.2f calls_per_req=%.3f calls_per_s_per_primary=%d'
 # The run over time: the p99.9 of the median and of the worst of its 60
 # slices (ratelimit-bench --svg; the chart goes to $CHARTS/ when set).
 slices() { # stderr file
-    sed -n 's/^slices: p99.9 of the median slice \([0-9]*\) us, of the worst \([0-9]*\) us.*(\(.*\)x)$/ slice_p999_median_us=\1 slice_p999_worst_us=\2 worst_to_median=\3/p' "$1"
+    sed -n 's/^slices: p99.9 of the median slice \([0-9]*\) us, of the worst \([0-9]*\) us.*, \([0-9.]*\)x)$/ slice_p999_median_us=\1 slice_p999_worst_us=\2 worst_to_median=\3/p' "$1"
 }
 
 bench() { # label level
