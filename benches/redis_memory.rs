@@ -11,7 +11,9 @@
 //! `cargo bench --bench redis_memory` uses N = 100,000 per algorithm
 //! (`REDIS_MEMORY_KEYS=2000000` for the sizing page's 2 million); under
 //! `cargo test` (no `--bench` argument) 5,000, so the suite stays fast.
-//! Keys look like production ones: `rl2:{api_user_u-00012345_}:tb:3600s`.
+//! Keys look like production ones: `rl2:{api_user_u-00012345_}:tb:86400s`
+//! (a limit of 100 per day, so that a token bucket's key, which lasts one
+//! token's refill, outlives the writing of two million keys).
 
 #[path = "../integration/support/mod.rs"]
 mod support;
@@ -26,7 +28,7 @@ use ratelimit::store::key::algorithm_key;
 use ratelimit::store::redis::url::{Credentials, Target};
 use ratelimit::store::redis::{connect, RedisOptions, StartupRetry};
 use ratelimit::store::{Item, Limit, OriginalWindow, Policy, Store, StoreExt};
-use support::redis::RedisServer;
+use support::redis::{redis_cli_within, RedisServer};
 
 /// Sums `MEMORY USAGE` and `PTTL` over the keys matching `ARGV[1]`.
 const MEASURE: &str = "local ks = redis.call('KEYS', ARGV[1]) \
@@ -37,6 +39,18 @@ for _, k in ipairs(ks) do \
   if t < 0 then none = none + 1 else ttl = ttl + t end \
 end \
 return {#ks, bytes, ttl, none}";
+
+/// [`MEASURE`] over the keys matching `pattern`: one script walks them
+/// all, which takes seconds at two million keys.
+fn measure(server: &RedisServer, pattern: &str) -> String {
+    redis_cli_within(
+        server.port,
+        None,
+        &["eval", MEASURE, "0", pattern],
+        Duration::from_secs(600),
+    )
+    .text()
+}
 
 fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
@@ -76,7 +90,7 @@ fn main() {
                 .expect("connects"),
         )
     });
-    println!("{n} active keys per algorithm, limit 100 per hour, one request each");
+    println!("{n} active keys per algorithm, limit 100 per day (the original's counters: per hour), one request each");
     println!(
         "| algorithm | bytes/key (MEMORY USAGE) | bytes/key (used_memory) | mean TTL | full refill/window |"
     );
@@ -110,7 +124,7 @@ fn main() {
             }
         });
         let grown = used_memory().saturating_sub(before);
-        let out = server.cli(&["eval", MEASURE, "0", "api_user_*"]);
+        let out = measure(&server, "api_user_*");
         let v: Vec<u64> = out.lines().filter_map(|l| l.trim().parse().ok()).collect();
         let [keys, bytes, ttl_ms, without_ttl] = v[..] else {
             panic!("unexpected reply {out:?}");
@@ -127,9 +141,11 @@ fn main() {
     for algorithm in AlgorithmName::ALL {
         server.cli(&["flushall"]);
         let before = used_memory();
-        let period = Duration::from_secs(3600);
+        // A day: a token bucket's key lasts one token's refill (period /
+        // limit), and writing two million keys must take less than that.
+        let period = Duration::from_secs(86_400);
         let limiter = Limiter::new(algorithm, 100, period, None).expect("valid");
-        let suffix = format!("{}:3600s", algorithm.key_tag());
+        let suffix = format!("{}:86400s", algorithm.key_tag());
         rt.block_on(async {
             for chunk in (0..n).collect::<Vec<_>>().chunks(200) {
                 let batch: Vec<Item> = chunk
@@ -156,7 +172,7 @@ fn main() {
         });
         let grown = used_memory().saturating_sub(before);
         let pattern = format!("rl2:*:{suffix}");
-        let out = server.cli(&["eval", MEASURE, "0", &pattern]);
+        let out = measure(&server, &pattern);
         let v: Vec<u64> = out.lines().filter_map(|l| l.trim().parse().ok()).collect();
         let [keys, bytes, ttl_ms, without_ttl] = v[..] else {
             panic!("unexpected reply {out:?}");
@@ -164,7 +180,7 @@ fn main() {
         assert_eq!(keys, n as u64, "every key written");
         assert_eq!(without_ttl, 0, "every key has a TTL");
         let mean_ttl = Duration::from_millis(ttl_ms / keys);
-        // One request of a 100/hour bucket is 36 s of refill; windows last
+        // One request of a 100/day bucket is 864 s of refill; windows last
         // one window (two for the sliding window counter's previous count).
         let full = match algorithm {
             AlgorithmName::TokenBucket => period / 100,
@@ -219,7 +235,7 @@ fn main() {
             assert!(store.check(&[check]).await.expect("check").committed);
         }
     });
-    let out = server.cli(&["eval", MEASURE, "0", "rl2:{api_login_*"]);
+    let out = measure(&server, "rl2:{api_login_*");
     let v: Vec<u64> = out.lines().filter_map(|l| l.trim().parse().ok()).collect();
     let [keys, bytes, ..] = v[..] else {
         panic!("unexpected reply {out:?}");

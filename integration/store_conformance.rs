@@ -483,6 +483,16 @@ async fn redis_cluster() {
     all_bodies(store, true).await;
 }
 
+/// The address of `server`.
+fn tcp_target(server: &RedisServer) -> Target {
+    let (host, port) = host_port(&server.addr());
+    Target::Tcp {
+        host,
+        port,
+        db: None,
+    }
+}
+
 /// A store connected for two gRPC workers, and the workers.
 async fn redis_store_on_workers(target: Target) -> (Arc<dyn Store>, Workers) {
     let workers = Workers::start(2).expect("workers start");
@@ -502,13 +512,7 @@ async fn redis_store_on_workers(target: Target) -> (Arc<dyn Store>, Workers) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_single_on_a_worker() {
     let server = RedisServer::start();
-    let (host, port) = host_port(&server.addr());
-    let (store, workers) = redis_store_on_workers(Target::Tcp {
-        host,
-        port,
-        db: None,
-    })
-    .await;
+    let (store, workers) = redis_store_on_workers(tcp_target(&server)).await;
     workers.handles()[1]
         .spawn(all_bodies(store, false))
         .await
@@ -533,13 +537,7 @@ async fn redis_cluster_on_a_worker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_worker_decides_on_its_own_connection() {
     let server = RedisServer::start();
-    let (host, port) = host_port(&server.addr());
-    let (store, workers) = redis_store_on_workers(Target::Tcp {
-        host,
-        port,
-        db: None,
-    })
-    .await;
+    let (store, workers) = redis_store_on_workers(tcp_target(&server)).await;
     // The ids of the connections whose last command, less than a second
     // ago, was a script call.
     let just_scripted = || -> Vec<String> {
