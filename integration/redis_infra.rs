@@ -174,6 +174,20 @@ fn cluster_is_ok_with_three_primaries_and_three_replicas() {
         .next()
         .and_then(|p| p.parse().ok())
         .expect("port of a primary");
+    // Replication is asynchronous: the kill must not race the victim's
+    // replica for the writes above, or the failover loses one of them.
+    let caught_up = eventually(Duration::from_secs(10), || {
+        let info = cluster.node_cli(victim, &["INFO", "replication"]);
+        let Some(offset) = info_field(&info, "master_repl_offset") else {
+            return false;
+        };
+        let replicas: Vec<&str> = info.lines().filter(|l| l.starts_with("slave")).collect();
+        !replicas.is_empty()
+            && replicas
+                .iter()
+                .all(|l| l.contains(&format!("offset={offset},")))
+    });
+    assert!(caught_up, "the victim's replica took every write");
     let started = Instant::now();
     cluster.kill_node(victim);
     let healed = eventually(Duration::from_secs(30), || {
