@@ -214,7 +214,6 @@ impl LimitCalls {
         let n_keys: usize = groups.iter().map(|g| g.keys.len()).sum();
         let n_args = 1 + groups.iter().map(|g| g.args.len()).sum::<usize>();
         let mut keys = Vec::with_capacity(n_keys);
-        let mut argv = Vec::with_capacity(n_args + if self.per_node { n_keys } else { 0 });
         let mut sizes = Vec::with_capacity(groups.len());
         let mut args = Vec::with_capacity(n_args);
         args.push(int(groups.len() as u64));
@@ -223,17 +222,18 @@ impl LimitCalls {
             args.extend(g.args);
             sizes.push(g.reply_len);
         }
-        let script = match (self.per_node, &backend.node_script) {
+        let (script, argv) = match (self.per_node, &backend.node_script) {
             (true, Some(script)) => {
                 // The first key is declared and routes the call; the
                 // others follow their count in ARGV (see node_keys.lua).
+                let mut argv = Vec::with_capacity(n_keys + args.len());
                 argv.push(int(n_keys as u64));
                 argv.extend(keys.drain(1..).map(Value::from));
-                script
+                argv.extend(args);
+                (script, argv)
             }
-            _ => &backend.script,
+            _ => (&backend.script, args),
         };
-        argv.extend(args);
         backend
             .call(script, keys, argv, sizes)
             .await
