@@ -62,12 +62,17 @@ impl<B: Batch> Lane<B> {
     pub(crate) async fn run(&self, item: B::Item) -> Result<B::Answer, StoreError> {
         match &self.queue {
             Some(c) => c.run(item).await,
-            None => self.batch.run(vec![item]).await?.pop().ok_or_else(|| {
-                StoreError::new(
-                    StoreErrorKind::Rejected,
-                    "a script call answered no decision",
-                )
-            }),
+            // Boxed: a script call's future is kilobytes, and inline it
+            // would be copied with every request's future on every path.
+            None => Box::pin(self.batch.run(vec![item]))
+                .await?
+                .pop()
+                .ok_or_else(|| {
+                    StoreError::new(
+                        StoreErrorKind::Rejected,
+                        "a script call answered no decision",
+                    )
+                }),
         }
     }
 }

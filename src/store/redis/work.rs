@@ -585,4 +585,21 @@ mod tests {
         let other = StoreError::new(StoreErrorKind::Rejected, "ERR wrong number of arguments");
         assert_eq!(moved_key(other).kind, StoreErrorKind::Rejected);
     }
+
+    /// The size of the future `f` returns for a request's work.
+    fn future_size<F, Fut>(_: F) -> usize
+    where
+        F: FnOnce(&'static RedisStore, &'static Work, Option<Instant>) -> Fut,
+    {
+        std::mem::size_of::<Fut>()
+    }
+
+    #[test]
+    fn a_requests_store_future_stays_small() {
+        // Every layer above the store boxes or moves this future once per
+        // request; a script call's own future (kilobytes inside fred) is
+        // boxed where it is made, off this path. It was 16 KB with it.
+        let size = future_size(execute);
+        assert!(size <= 4096, "work::execute's future is {size} bytes");
+    }
 }
