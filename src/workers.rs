@@ -14,6 +14,7 @@
 
 use std::cell::Cell;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
@@ -76,7 +77,12 @@ impl Workers {
                 .spawn(move || {
                     CURRENT.with(|c| c.set(Some(index)));
                     // Runs what is spawned on `handle` until the stop.
-                    let _ = runtime.block_on(stopped);
+                    runtime.block_on(async {
+                        tokio::select! {
+                            _ = stopped => {}
+                            () = keep_a_timer_pending() => {}
+                        }
+                    });
                 })
                 .map_err(|source| WorkerError { index, source })?;
             running.handles.push(handle);
@@ -103,6 +109,29 @@ impl Workers {
     }
 }
 
+/// How far ahead a worker's own timer is kept; request deadlines at
+/// least this far away never wake the worker's timer driver.
+const TIMER_PACE: Duration = Duration::from_millis(20);
+
+/// Keeps a timer pending on the worker, never more than [`TIMER_PACE`]
+/// ahead.
+///
+/// Tokio's timer driver remembers, at each turn, the earliest timer it
+/// holds, and setting a timer earlier than that (or any timer after a
+/// turn that found none) wakes the driver: a system call and a turn of the
+/// event loop. A worker under load empties its timers between bursts (its
+/// requests finish), and then each request of the next burst that sets a
+/// store deadline paid that wake-up. With this timer always pending, a
+/// deadline at least `TIMER_PACE` away is never the earliest, and the cost
+/// is one wake-up per `TIMER_PACE` per worker.
+async fn keep_a_timer_pending() {
+    let mut tick = tokio::time::interval(TIMER_PACE);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,6 +146,66 @@ mod tests {
             assert_eq!(seen, Some(i));
         }
         assert!(Workers::none().is_empty());
+    }
+
+    /// Write-like system calls made so far by the calling thread.
+    fn writes_by_this_thread() -> u64 {
+        let io =
+            std::fs::read_to_string("/proc/thread-self/io").expect("Linux per-thread I/O counts");
+        io.lines()
+            .find_map(|l| l.strip_prefix("syscw: "))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("a syscw line")
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_deadline_set_after_an_idle_turn_does_not_wake_the_worker() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        const ROUNDS: u64 = 200;
+        let workers = Workers::start(1).expect("starts");
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        // Rounds done, read by polling: a wake-up of this thread would be
+        // a write by the worker too.
+        let done = Arc::new(AtomicU64::new(0));
+        let (total, writes) = std::sync::mpsc::channel();
+        let seen = Arc::clone(&done);
+        workers.handles()[0].spawn(async move {
+            let before = writes_by_this_thread();
+            while rx.recv().await.is_some() {
+                // The worker parked waiting for this message with no
+                // deadline of its own pending. A deadline like a store
+                // call's, set while the request runs, then given up.
+                let call = tokio::time::timeout(Duration::from_secs(1), tokio::task::yield_now());
+                call.await.expect("in time");
+                seen.fetch_add(1, Ordering::Release);
+            }
+            let _ = total.send(writes_by_this_thread() - before);
+        });
+        for round in 1..=ROUNDS {
+            tx.send(()).expect("worker runs");
+            // Bounded: at most 10 s a round.
+            for _ in 0..50_000 {
+                if done.load(Ordering::Acquire) >= round {
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            assert!(
+                done.load(Ordering::Acquire) >= round,
+                "the worker stopped answering"
+            );
+        }
+        drop(tx);
+        let writes = writes
+            .recv_timeout(Duration::from_secs(10))
+            .expect("counted");
+        // Without a pending timer each round's deadline wakes the driver:
+        // a write to its event fd, one per round.
+        assert!(
+            writes < ROUNDS / 10,
+            "{writes} writes by the worker in {ROUNDS} rounds"
+        );
     }
 
     #[tokio::test]
