@@ -616,22 +616,38 @@ fn log_sample(meta: &Meta, sample: Sample) {
     );
 }
 
-/// Counts one unary gRPC call: `ratelimit_server.<method>.total_requests`
-/// +1 and `ratelimit_server.<method>.response_time` ← `elapsed` in
-/// milliseconds (fractional; statsd receives it truncated to whole ms as
-/// the original sends it).
-pub fn record_grpc_call(method: &str, elapsed: Duration) {
-    let ms = elapsed.as_secs_f64() * 1000.0;
-    match method {
-        "ShouldRateLimit" => {
-            metrics::counter!("ratelimit_server.ShouldRateLimit.total_requests").increment(1);
-            metrics::histogram!("ratelimit_server.ShouldRateLimit.response_time").record(ms);
-        }
-        _ => {
-            metrics::counter!(format!("ratelimit_server.{method}.total_requests")).increment(1);
-            metrics::histogram!(format!("ratelimit_server.{method}.response_time")).record(ms);
+/// One unary gRPC method's two series: `ratelimit_server.<method>.total_requests`
+/// and `ratelimit_server.<method>.response_time`. Registered once and held
+/// by whoever counts calls, so that a call costs no registry lookup; these
+/// series are not per key, so the registry never forgets them.
+#[derive(Debug, Clone)]
+pub struct GrpcCallStats {
+    total_requests: metrics::Counter,
+    response_time: metrics::Histogram,
+}
+
+impl GrpcCallStats {
+    /// `method`'s series in the current recorder.
+    pub fn register(method: &str) -> GrpcCallStats {
+        GrpcCallStats {
+            total_requests: metrics::counter!(format!("ratelimit_server.{method}.total_requests")),
+            response_time: metrics::histogram!(format!("ratelimit_server.{method}.response_time")),
         }
     }
+
+    /// Counts one call: `total_requests` +1 and `response_time` ←
+    /// `elapsed` in milliseconds (fractional; statsd receives it truncated
+    /// to whole ms as the original sends it).
+    pub fn record(&self, elapsed: Duration) {
+        self.total_requests.increment(1);
+        self.response_time.record(elapsed.as_secs_f64() * 1000.0);
+    }
+}
+
+/// Counts one unary gRPC call of `method` (see [`GrpcCallStats::record`]),
+/// looking its series up in the current recorder.
+pub fn record_grpc_call(method: &str, elapsed: Duration) {
+    GrpcCallStats::register(method).record(elapsed);
 }
 
 /// The local cache's statistics (`ratelimit.localcache.*` gauges).

@@ -23,7 +23,7 @@ pub mod statsd;
 
 pub use exporter::{
     build, install, listen_addr, record_grpc_call, record_local_cache, select_sink, FlushReport,
-    LocalCacheGauges, MetricsError, MetricsHandle, MetricsOptions, SinkKind,
+    GrpcCallStats, LocalCacheGauges, MetricsError, MetricsHandle, MetricsOptions, SinkKind,
 };
 pub use prometheus_mapping::map_statsd_name;
 pub use recorder::{MetricsRecorder, MAX_DYNAMIC_SERIES, MAX_PENDING_SAMPLES};
