@@ -18,7 +18,6 @@ DURATION=${1:-5s}
 CONNS=${CONNS:-2}
 CONC=${CONC:-32}
 ROUNDS=${ROUNDS:-2}
-other_cpu=(); svc_cpu=()
 
 . integration/load/redis_servers.sh
 read -r port <<<"$(free_ports 1)"

@@ -43,9 +43,6 @@ DURATION=${1:-5s}
 ROUNDS=${2:-2}
 LEVELS=${LEVELS:-"1x1 4x16 8x64"}
 command -v h2load >/dev/null || { echo "h2load is required (Debian: nghttp2-client)" >&2; exit 1; }
-PIN=${PIN:-0}
-svc_cpu=(); other_cpu=()
-if [ "$PIN" = 1 ]; then svc_cpu=(taskset -c 0); other_cpu=(taskset -c 1); fi
 
 if [ -n "${LIMITADOR:-}" ]; then
     PEER_NAME=${PEER_NAME:-limitador}

@@ -28,7 +28,6 @@ cd "$(dirname "$0")/../.."
 DURATION=${1:-5s}
 CONNS=${CONNS:-2}
 CONC=${CONC:-32}
-other_cpu=(); svc_cpu=()
 
 . integration/load/redis_servers.sh
 start_cluster

@@ -25,9 +25,6 @@ CONNS=${CONNS:-2}
 CONC=${CONC:-32}
 D=${DESCRIPTORS:-1}
 
-PIN=${PIN:-0}
-svc_cpu=(); other_cpu=()
-if [ "$PIN" = 1 ]; then svc_cpu=(taskset -c 0); other_cpu=(taskset -c 1); fi
 
 . integration/load/redis_servers.sh
 read -r single <<<"$(free_ports 1)"

@@ -1,12 +1,17 @@
 # Sourced by the load scripts that run Redis: checks for redis-server,
 # builds the release binaries, makes $work and the pids array, and removes
-# both on exit. Then: Redis servers on free loopback ports, in $work, their
-# pids appended to pids. Uses the other_cpu array (a taskset prefix, or
-# empty).
+# both on exit. Sets the taskset prefixes svc_cpu (for the service) and
+# other_cpu (for the load tools and Redis): empty, or with PIN=1 core 0 and
+# core 1. Then: Redis servers on free loopback ports, in $work, their pids
+# appended to pids.
 #   free_ports N [cluster]   N free ports (for a cluster, port+10000 too)
 #   start_redis PORT [args]  one redis-server, waited for
 #   start_cluster            a 6-node cluster (3 primaries, 3 replicas);
 #                            sets the cports array (its ports)
+
+PIN=${PIN:-0}
+svc_cpu=(); other_cpu=()
+if [ "$PIN" = 1 ]; then svc_cpu=(taskset -c 0); other_cpu=(taskset -c 1); fi
 
 command -v redis-server >/dev/null || { echo "redis-server is required (scripts/test.sh installs it)" >&2; exit 1; }
 cargo build --release --locked --bin ratelimit --bin ratelimit-bench >&2

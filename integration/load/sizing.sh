@@ -18,9 +18,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 DURATION=${1:-5s}
 KEYS=${KEYS:-100000}
-PIN=${PIN:-0}
-svc_cpu=(); other_cpu=()
-if [ "$PIN" = 1 ]; then svc_cpu=(taskset -c 0); other_cpu=(taskset -c 1); fi
 
 . integration/load/redis_servers.sh
 read -r rport <<<"$(free_ports 1)"
