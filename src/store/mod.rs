@@ -50,12 +50,18 @@ pub struct OriginalWindow {
 }
 
 impl OriginalWindow {
+    /// Whether a counter holding `after` once incremented admits the
+    /// request: iff it is within the limit.
+    pub fn admits(&self, after: u64) -> bool {
+        after <= self.limit
+    }
+
     /// A counter's decision from its value `after` the increment: admitted
-    /// iff within the limit; either way the window's end is the reset (at
-    /// least 1 s).
+    /// iff [`OriginalWindow::admits`]; either way the window's end is the
+    /// reset (at least 1 s).
     pub fn decision(&self, after: u64, now_secs: u64) -> Decision {
         let reset = Duration::from_secs(self.window.reset_after(now_secs).max(1));
-        if after <= self.limit {
+        if self.admits(after) {
             Decision::Allow {
                 remaining: self.limit - after,
                 reset_after: reset,

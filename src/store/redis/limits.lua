@@ -7,11 +7,11 @@
 -- ARGV: the number of groups, then per group: mode, nonce, taken-at time
 -- (µs, refund only), n, then per item six fields: kind, limit, period,
 -- burst, cost, flag; or, for a group of the original's counters alone
--- counted ("count", "count-decide"), the compact layout given below. KEYS:
--- the groups' keys in order, one per item.
+-- counted ("count"), the compact layout given below. KEYS: the groups'
+-- keys in order, one per item.
 --
--- Modes: "count" and "count-decide" (the compact groups: "commit" and
--- "decide" of counters alone), "commit" (counters count; the rest is taken iff every binding
+-- Modes: "count" (the compact group: "commit" or "decide" of counters
+-- alone), "commit" (counters count; the rest is taken iff every binding
 -- item is admitted), "stop" (commit, but if any counter would pass its
 -- limit only those counters are incremented), "decide" (counters count,
 -- nothing else is taken), "refund" (each item taken on commit gives its
@@ -28,10 +28,11 @@
 -- refuse: -1 iff the group commits, -(j + 1) iff counter j of the group was
 -- incremented and is within its limit. Its count is what it held before.
 --
--- Returns, per group in order: time (µs; 0 for a group of the original's
--- counters alone, which reads no time) and committed (0/1), then per
--- item: for "oc" its value after; otherwise code (1 allow, 0 deny, 2
--- exceeds capacity), remaining, retry (µs), reset (µs), count.
+-- Returns, per group in order: for a compact group its counters' values
+-- after; for any other, time (µs; 0 for a group of the original's counters
+-- alone, which reads no time) and committed (0/1), then per item: for
+-- "oc" its value after; otherwise code (1 allow, 0 deny, 2 exceeds
+-- capacity), remaining, retry (µs), reset (µs), count.
 
 local call = redis.call
 -- Redis's TIME of this call in µs (0 until a general group reads it).
@@ -331,31 +332,29 @@ local function build_general()
 end
 
 -- Groups in order. A group of the original's counters alone, counted
--- ("count", or "count-decide" which commits nothing), comes in a compact
--- layout: n, then per counter: cost, TTL (s), limit, binding (1/0). It is
--- the common case and kept free of closures and tables; Redis spends its
--- time here. It commits iff no binding counter is over its limit.
+-- without STOP ("count"), comes in a compact layout: n, then per counter
+-- its cost and TTL (s); it answers each counter's value after and nothing
+-- else (the caller, which knows the limits, decides from the values). It
+-- is the common case and kept free of closures, tables and number
+-- formatting (the cost goes to INCRBY as the string it came as); Redis
+-- spends its time here.
 local out = {}
 local key_at, at = 0, 1
 local run_group
 for _ = 1, tonumber(ARGV[1]) do
   local mode = ARGV[at + 1]
-  if mode == 'count' or mode == 'count-decide' then
+  if mode == 'count' then
     local n = tonumber(ARGV[at + 2])
-    local first, all = #out, true
-    out[first + 1] = 0
-    out[first + 2] = 0
+    local first = #out
     for i = 1, n do
-      local o = at + 2 + (i - 1) * 4
-      local key, hits = KEYS[key_at + i], tonumber(ARGV[o + 1])
+      local o = at + 2 * i
+      local key, hits = KEYS[key_at + i], ARGV[o + 1]
       local v = call('INCRBY', key, hits)
-      if v == hits then call('EXPIRE', key, ARGV[o + 2]) end
-      if ARGV[o + 4] == '1' and v > tonumber(ARGV[o + 3]) then all = false end
-      out[first + 2 + i] = v
+      if v == tonumber(hits) then call('EXPIRE', key, ARGV[o + 2]) end
+      out[first + i] = v
     end
-    if all and mode == 'count' then out[first + 2] = 1 end
     key_at = key_at + n
-    at = at + 2 + 4 * n
+    at = at + 2 + 2 * n
   else
     run_group = run_group or build_general()
     local n = tonumber(ARGV[at + 4])

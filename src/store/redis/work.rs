@@ -62,7 +62,7 @@ use crate::store::{Answer, Decided, Item, Limit, Policy, Reply, StoreError, Stor
 
 /// Fields per item in ARGV, and per counter in a compact group.
 const FIELDS: usize = 6;
-const COUNTER_FIELDS: usize = 4;
+const COUNTER_FIELDS: usize = 2;
 /// Values the script answers for a counter, and for any other item.
 const COUNTER_REPLY: usize = 1;
 const ITEM_REPLY: usize = 5;
@@ -87,11 +87,8 @@ impl Part<'_> {
         cost: impl Fn(usize) -> u64,
     ) -> Group {
         let positions: &[usize] = only.unwrap_or(&self.positions);
-        let counters_only = positions
-            .iter()
-            .all(|&i| matches!(self.items[i].limit, Limit::Counter(_)));
-        if let (true, Some(compact)) = (counters_only, compact_mode(mode)) {
-            return self.counters(compact, positions, cost);
+        if self.is_compact(mode, positions) {
+            return self.counters(positions, cost);
         }
         let mut args = Vec::with_capacity(4 + FIELDS * positions.len());
         args.extend([
@@ -146,41 +143,45 @@ impl Part<'_> {
             .collect()
     }
 
-    /// The compact group of the original's counters alone (`count` or
-    /// `count-decide`): `n`, then per counter cost, TTL, limit, binding.
-    fn counters(
-        &self,
-        mode: &'static str,
-        positions: &[usize],
-        cost: impl Fn(usize) -> u64,
-    ) -> Group {
+    /// Whether the group for `mode` over `positions` is a compact one: the
+    /// original's counters alone, in a mode that counts them without STOP
+    /// (commit or decide). Such a group needs no decision in Redis, only
+    /// the increments; [`Part::compact_commits`] decides it from the values.
+    fn is_compact(&self, mode: &str, positions: &[usize]) -> bool {
+        matches!(mode, "commit" | "decide")
+            && positions
+                .iter()
+                .all(|&i| matches!(self.items[i].limit, Limit::Counter(_)))
+    }
+
+    /// The compact group (`count`): `n`, then per counter its cost and TTL.
+    /// The script answers each counter's value after, and nothing else.
+    fn counters(&self, positions: &[usize], cost: impl Fn(usize) -> u64) -> Group {
         let mut args = Vec::with_capacity(2 + COUNTER_FIELDS * positions.len());
-        args.extend([Value::from_static_str(mode), int(positions.len() as u64)]);
+        args.extend([Value::from_static_str("count"), int(positions.len() as u64)]);
         for &i in positions {
-            let c = &self.items[i];
-            let (_, limit, ttl, _) = fields(&c.limit);
-            args.extend([
-                int(cost(i)),
-                int(ttl),
-                int(limit),
-                int(u64::from(c.binding)),
-            ]);
+            let (_, _, ttl, _) = fields(&self.items[i].limit);
+            args.extend([int(cost(i)), int(ttl)]);
         }
         Group {
             keys: self.keys(positions),
             args,
-            reply_len: 2 + COUNTER_REPLY * positions.len(),
+            reply_len: COUNTER_REPLY * positions.len(),
         }
     }
-}
 
-/// The compact mode of a group of counters alone under `mode`, if it has
-/// one (counting modes without STOP).
-fn compact_mode(mode: &str) -> Option<&'static str> {
-    match mode {
-        "commit" => Some("count"),
-        "decide" => Some("count-decide"),
-        _ => None,
+    /// Whether a compact group under `mode` committed, from its counters'
+    /// `values` after: in commit mode, iff no binding counter passed its
+    /// limit (the counters count either way, as the original's do).
+    fn compact_commits(&self, mode: &str, values: &[i64]) -> bool {
+        mode == "commit"
+            && self.positions.iter().zip(values).all(|(&i, &v)| {
+                let item = &self.items[i];
+                match &item.limit {
+                    Limit::Counter(w) if item.binding => w.admits(v.max(0).unsigned_abs()),
+                    _ => true,
+                }
+            })
     }
 }
 
@@ -417,8 +418,12 @@ pub(super) async fn execute(store: &RedisStore, work: &Work, deadline: Option<In
                 continue;
             }
         };
-        let (now_us, committed) = (reply[0], reply[1] == 1);
-        let mut at = 2;
+        // A compact group answers its counters' values alone and reads no
+        // time; any other answers `time, committed` first.
+        let (now_us, committed, mut at) = match part.is_compact(mode, &part.positions) {
+            true => (0, part.compact_commits(mode, &reply), 0),
+            false => (reply[0], reply[1] == 1, 2),
+        };
         for &i in &part.positions {
             let width = match items[i].limit {
                 Limit::Counter(_) => COUNTER_REPLY,
@@ -584,6 +589,55 @@ mod tests {
         assert_eq!(moved_key(moved).kind, StoreErrorKind::Unavailable);
         let other = StoreError::new(StoreErrorKind::Rejected, "ERR wrong number of arguments");
         assert_eq!(moved_key(other).kind, StoreErrorKind::Rejected);
+    }
+
+    fn counter(limit: u64, binding: bool) -> Item {
+        let window = crate::limiter::fixed_window::Window::containing(120, 60);
+        Item {
+            binding,
+            ..Item::new(
+                format!("k_{limit}_{binding}"),
+                Limit::Counter(crate::store::OriginalWindow {
+                    limit,
+                    window,
+                    ttl_seconds: 60,
+                }),
+                1,
+            )
+        }
+    }
+
+    #[test]
+    fn a_compact_group_commits_iff_no_binding_counter_passed_its_limit() {
+        let items = [counter(5, true), counter(2, false), counter(3, true)];
+        let part = Part {
+            per_second: false,
+            route: Route::Slot(0),
+            positions: vec![0, 1, 2],
+            items: &items,
+        };
+        assert!(part.is_compact("commit", &part.positions));
+        assert!(part.is_compact("decide", &part.positions));
+        assert!(!part.is_compact("stop", &part.positions));
+        // At the limit admits; a non-binding counter over its own does not
+        // stop the commit.
+        assert!(part.compact_commits("commit", &[5, 9, 3]));
+        assert!(!part.compact_commits("commit", &[6, 0, 3]));
+        assert!(!part.compact_commits("commit", &[0, 0, 4]));
+        // Decide never commits.
+        assert!(!part.compact_commits("decide", &[0, 0, 0]));
+        // A group with any other kind of item is not compact.
+        let mut mixed = items.clone();
+        mixed[1].limit = Limit::Window(crate::store::OriginalWindow {
+            limit: 2,
+            window: crate::limiter::fixed_window::Window::containing(120, 60),
+            ttl_seconds: 60,
+        });
+        let part = Part {
+            items: &mixed,
+            ..part
+        };
+        assert!(!part.is_compact("commit", &part.positions));
     }
 
     /// The size of the future `f` returns for a request's work.
