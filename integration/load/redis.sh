@@ -93,7 +93,7 @@ bench "cluster half" "$grpc" 2
 bench "cluster token_bucket peak" "$grpc" "$CONC" bench_tb
 kill "$svc"; wait "$svc" 2>/dev/null || true
 
-sha=$(redis-cli -p "$single" script load "$(cat src/store/redis/limits.lua)")
+sha=$(redis-cli -p "$single" script load "$(cat src/store/redis/single_keys.lua src/store/redis/limits.lua)")
 # One group of one original counter in the compact layout: count, n=1,
 # then cost and TTL (see the script's header).
 rb=$("${other_cpu[@]}" redis-benchmark -p "$single" -c 64 -n 300000 -r 10000 -q \

@@ -10,6 +10,9 @@
 -- counted ("count"), the compact layout given below. KEYS: the groups'
 -- keys in order, one per item.
 --
+-- A prelude (single_keys.lua or node_keys.lua) says where they are: the
+-- keys are KT[key_at + 1 ..] and the layout starts at ARGV[at].
+--
 -- Modes: "count" (the compact group: "commit" or "decide" of counters
 -- alone), "commit" (counters count; the rest is taken iff every binding
 -- item is admitted), "stop" (commit, but if any counter would pass its
@@ -93,7 +96,7 @@ local function build_general()
     end
   end
 
-  -- One group: its items are ARGV[base + 1 ..] and KEYS[key_at + 1 ..].
+  -- One group: its items are ARGV[base + 1 ..] and KT[key_at + 1 ..].
   local function run_group(mode, nonce, tc, n, key_at, base, out)
     local function item(i)
       local o = base + (i - 1) * 6
@@ -108,7 +111,7 @@ local function build_general()
     if mode == 'refund' then
       for i = 1, n do
         local kind, limit, period, _, cost = item(i)
-        if kind ~= 'oc' then refund(kind, KEYS[key_at + i], limit, period, cost, tc, nonce) end
+        if kind ~= 'oc' then refund(kind, KT[key_at + i], limit, period, cost, tc, nonce) end
       end
     end
 
@@ -118,7 +121,7 @@ local function build_general()
       for i = 1, n do
         local kind, limit, _, _, cost = item(i)
         if kind == 'oc' then
-          over[i] = (tonumber(call('GET', KEYS[key_at + i])) or 0) + cost > limit
+          over[i] = (tonumber(call('GET', KT[key_at + i])) or 0) + cost > limit
           any = any or over[i]
         end
       end
@@ -138,7 +141,7 @@ local function build_general()
 
     for i = 1, n do
       local kind, limit, period, burst, cost, flag = item(i)
-      local key = KEYS[key_at + i]
+      local key = KT[key_at + i]
       local binding, record = flag == 1, flag < 0
       local code, remaining, retry, reset, held = 1, 0, 0, 0, 0
       local p = pending[key]
@@ -339,16 +342,15 @@ end
 -- formatting (the cost goes to INCRBY as the string it came as); Redis
 -- spends its time here.
 local out = {}
-local key_at, at = 0, 1
 local run_group
-for _ = 1, tonumber(ARGV[1]) do
+for _ = 1, tonumber(ARGV[at]) do
   local mode = ARGV[at + 1]
   if mode == 'count' then
     local n = tonumber(ARGV[at + 2])
     local first = #out
     for i = 1, n do
       local o = at + 2 * i
-      local key, hits = KEYS[key_at + i], ARGV[o + 1]
+      local key, hits = KT[key_at + i], ARGV[o + 1]
       local v = call('INCRBY', key, hits)
       if v == tonumber(hits) then call('EXPIRE', key, ARGV[o + 2]) end
       out[first + i] = v

@@ -13,8 +13,8 @@
 //! races). The opt-in algorithms decide at the server's `TIME` and are
 //! taken all or nothing with the group.
 
-/// The script text.
-pub const LIMITS: &str = include_str!("limits.lua");
+/// The script text, for one node (its keys declared as `KEYS`).
+pub const LIMITS: &str = concat!(include_str!("single_keys.lua"), include_str!("limits.lua"));
 
 /// The same script for one call per Redis Cluster primary: the keys of
 /// all of a request's slots on that primary in one call

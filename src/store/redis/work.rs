@@ -223,17 +223,18 @@ impl LimitCalls {
             args.extend(g.args);
             sizes.push(g.reply_len);
         }
-        let (script, argv) = match (self.per_node, &backend.node_script) {
+        let (script, keys, argv) = match (self.per_node, &backend.node_script) {
             (true, Some(script)) => {
-                // The first key is declared and routes the call; the
-                // others follow their count in ARGV (see node_keys.lua).
-                let mut argv = Vec::with_capacity(n_keys + args.len());
+                // The first key is declared and routes the call; all of
+                // them follow their count in ARGV (see node_keys.lua).
+                let routing = keys.first().cloned().into_iter().collect();
+                let mut argv = Vec::with_capacity(1 + n_keys + args.len());
                 argv.push(int(n_keys as u64));
-                argv.extend(keys.drain(1..).map(Value::from));
+                argv.extend(keys.into_iter().map(Value::from));
                 argv.extend(args);
-                (script, argv)
+                (script, routing, argv)
             }
-            _ => (&backend.script, args),
+            _ => (&backend.script, keys, args),
         };
         backend
             .call(script, keys, argv, sizes)
