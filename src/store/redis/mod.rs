@@ -322,23 +322,31 @@ impl RedisStore {
     /// Positions of `keys` grouped by the script call that can serve them:
     /// (per-second Redis?, route). Each key comes with whether it counts a
     /// one-second window (those go to the per-second Redis when there is
-    /// one). On the main cluster with the per-node script, keys group by
-    /// their slot's primary in the routing table (at most
-    /// [`ROUTES_MAX_AGE`] old; a key that moved since fails its call, which
-    /// refreshes the table); else by slot.
-    fn group_by_node<'k>(&self, keys: impl Iterator<Item = (&'k str, bool)>) -> Groups {
+    /// one) and the node its work named for it (this store's
+    /// [`Placement`], asked once when the work was built). On the main
+    /// cluster with the per-node script, keys group by that primary, or, for
+    /// a key built without one, by their slot's primary in the routing
+    /// table (at most [`ROUTES_MAX_AGE`] old; a key that moved since fails
+    /// its call, which refreshes the table); else by slot.
+    fn group_by_node<'k>(
+        &self,
+        keys: impl Iterator<Item = (&'k str, bool, Option<&'k NodeId>)>,
+    ) -> Groups {
         let mut groups = Groups::new();
-        for (i, (key, one_second)) in keys.enumerate() {
+        for (i, (key, one_second, named)) in keys.enumerate() {
             let per_second = self.shared.per_second.is_some() && one_second;
             let backend = &self.shared.node(per_second).backend;
-            let route = if backend.clustered {
-                let slot = fred::util::redis_keyslot(key.as_bytes());
-                let primary = (!per_second && backend.node_script.is_some())
-                    .then(|| self.placement.primary_of(slot))
-                    .flatten();
-                primary.map_or(Route::Slot(slot), Route::Primary)
-            } else {
-                Route::Slot(0)
+            let per_node = !per_second && backend.node_script.is_some();
+            let route = match (backend.clustered, per_node, named) {
+                (false, _, _) => Route::Slot(0),
+                (true, true, Some(node)) => Route::Primary(node.clone()),
+                (true, _, _) => {
+                    let slot = fred::util::redis_keyslot(key.as_bytes());
+                    per_node
+                        .then(|| self.placement.primary_of(slot))
+                        .flatten()
+                        .map_or(Route::Slot(slot), Route::Primary)
+                }
             };
             match groups
                 .iter_mut()

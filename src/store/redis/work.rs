@@ -356,7 +356,11 @@ pub(super) async fn execute(store: &RedisStore, work: &Work, deadline: Option<In
             committed: work.policy.commits(),
         };
     }
-    let groups = store.group_by_node(items.iter().map(|c| (c.key.as_str(), c.limit.one_second())));
+    let groups = store.group_by_node(
+        items
+            .iter()
+            .map(|c| (c.key.as_str(), c.limit.one_second(), c.node.as_ref())),
+    );
     let parts: Vec<Part<'_>> = groups
         .into_iter()
         .map(|((per_second, route), positions)| Part {
