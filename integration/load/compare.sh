@@ -31,6 +31,11 @@
 #   many            ratelimit-bench at 4x16 with 10 descriptors per request
 #                   (domain many: ten key-only rules, uniform over 10,000
 #                   keys each), beside the 1-descriptor bench row
+#   paced           ratelimit-bench open loop at PACE requests/s (default
+#                   4000, under every row's capacity) with 1 and with 10
+#                   descriptors, at most 64 in flight: the latency a
+#                   request's descriptors add, without the queueing that
+#                   sets a closed loop's latency (PACE=0 skips it)
 # and the no-op server (ratelimit-bench noop: the same gRPC stack, no
 # decision; NOOP=0 skips it) as the ceiling of both,
 # then a correctness run: 4x16 for 3 s on one key limited to 10,000 per
@@ -42,6 +47,7 @@ cd "$(dirname "$0")/../.."
 DURATION=${1:-5s}
 ROUNDS=${2:-2}
 LEVELS=${LEVELS:-"1x1 4x16 8x64"}
+PACE=${PACE:-4000}
 command -v h2load >/dev/null || { echo "h2load is required (Debian: nghttp2-client)" >&2; exit 1; }
 
 if [ -n "${LIMITADOR:-}" ]; then
@@ -221,6 +227,16 @@ many() { # label: 10 descriptors per request at 4x16
         "$(store_side "$ticks" "$calls" "$rps")"
 }
 
+paced() { # label: 1 and 10 descriptors at PACE requests/s
+    local d out domain
+    for d in 1 10; do
+        domain=bench; [ "$d" = 10 ] && domain=many
+        out=$("${other_cpu[@]}" target/release/ratelimit-bench run --target "$target" --connections 4 --concurrency 16 \
+            --rps "$PACE" --duration "$DURATION" --warmup 1s --keys uniform:10000 --descriptors "$d" --domain "$domain" | tail -1)
+        printf '%-28s paced  %-5s %s\n' "$1" "${d}d" "$(echo "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print("rps=%d p50_us=%d p99_us=%d p999_us=%d ok=%d errors=%d" % (d["rps"], d["p50_us"], d["p99_us"], d["p999_us"], d["ok"], d["errors"]))')"
+    done
+}
+
 mixed() { # label
     local out
     out=$("${other_cpu[@]}" target/release/ratelimit-bench run --target "$target" --connections 4 --concurrency 16 \
@@ -267,6 +283,7 @@ for round in $(seq "$ROUNDS"); do
                 bench "$name $store" "$level"
             done
             many "$name $store"
+            [ "$PACE" != 0 ] && paced "$name $store"
             [ "${MIXED:-0}" = 1 ] && mixed "$name $store"
             [ "$round" = 1 ] && correctness "$name $store"
             stop
