@@ -229,6 +229,7 @@ impl Engine {
         domain: &str,
         d: &types::RequestDescriptor,
         m: &MatchedLimit,
+        at: Duration,
     ) {
         let pattern = m.share_threshold_key_pattern.as_deref();
         let value_of = |i: usize| -> &str {
@@ -240,7 +241,7 @@ impl Engine {
         let parts = std::iter::once(domain)
             .chain((0..d.entries.len()).flat_map(|i| [d.entries[i].key.as_str(), value_of(i)]));
         let hash = top.hash_of(parts);
-        top.record(hash, self.clock.now(), || {
+        top.record(hash, at, || {
             let rule = &m.rule;
             let prefix = &self.options.cache_key_prefix;
             let mut lease_keys = Vec::new();
@@ -325,9 +326,11 @@ impl Engine {
         }
         self.check_size(request)?;
         let config = self.config.current().ok_or(ServiceError::NoConfig)?;
-        let now = self.clock.now_secs();
-        let mut matched = self.lookup(&config, request).await?;
-        let statuses = self.limit(request, &mut matched, now).await?;
+        // One reading of the clock per request: the hot-key counts and the
+        // original's windows take it.
+        let at = self.clock.now();
+        let mut matched = self.lookup(&config, request, at).await?;
+        let statuses = self.limit(request, &mut matched, at.as_secs()).await?;
         Ok(self.respond(request, &matched, statuses))
     }
 
@@ -361,6 +364,7 @@ impl Engine {
         &self,
         config: &crate::config::Config,
         request: &RateLimitRequest,
+        at: Duration,
     ) -> Result<Matched, ServiceError> {
         let mut limits = Vec::with_capacity(request.descriptors.len());
         for (index, d) in request.descriptors.iter().enumerate() {
@@ -377,7 +381,7 @@ impl Engine {
             limits.push(match found {
                 Lookup::Limit(m) => {
                     if let Some(top) = &self.top_keys {
-                        self.count_key(top, &request.domain, d, &m);
+                        self.count_key(top, &request.domain, d, &m, at);
                     }
                     Some(m)
                 }
