@@ -323,9 +323,23 @@ pub enum OnFailure {
 
 /// The failure domain that serves a key: one Redis server (single,
 /// sentinel's current primary, a Cluster primary). Breakers are kept per
-/// node. Cheap to clone (it is looked up per item of every request).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// node. Cheap to clone (it is looked up per item of every request), and
+/// cheap to compare: two clones of one name are equal without reading it.
+#[derive(Debug, Clone, Eq, PartialOrd, Ord)]
 pub struct NodeId(pub std::sync::Arc<str>);
+
+impl PartialEq for NodeId {
+    fn eq(&self, other: &NodeId) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+/// By the name, as equality is.
+impl std::hash::Hash for NodeId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
 
 impl NodeId {
     /// The node named `name` (its address).
@@ -545,3 +559,16 @@ pub trait StoreExt: Store {
 }
 
 impl<S: Store + ?Sized> StoreExt for S {}
+
+#[cfg(test)]
+mod tests {
+    use super::NodeId;
+
+    #[test]
+    fn node_ids_are_equal_iff_their_names_are() {
+        let a = NodeId::new("127.0.0.1:7000");
+        assert_eq!(a, a.clone());
+        assert_eq!(a, NodeId::new("127.0.0.1:7000"));
+        assert_ne!(a, NodeId::new("127.0.0.1:7001"));
+    }
+}
