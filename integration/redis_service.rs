@@ -216,6 +216,23 @@ async fn counter_arithmetic(redis: &Redis) {
     one(&svc, "l10", "fresh", None).await;
     let ttl: u64 = redis.cli(&["ttl", &k]).trim().parse().expect("ttl");
     assert!((3590..=3600).contains(&ttl), "ttl {ttl}");
+    // Two new keys in one request, with the same hits (one cost and TTL for
+    // the node's group) and with different hits (one per counter): each is
+    // counted and gets the window as its TTL.
+    for (v, hits) in [("fresh2", [1, 1]), ("fresh3", [1, 2])] {
+        let mut c = svc.client().await;
+        let descriptors = vec![
+            desc_hits(&[("l10", v)], hits[0]),
+            desc_hits(&[("l15", v)], hits[1]),
+        ];
+        call(&mut c, request("d", descriptors)).await.expect("call");
+        for (rule, h) in [("l10", hits[0]), ("l15", hits[1])] {
+            let k = key(rule, v, w);
+            assert_eq!(redis.cli(&["get", &k]).trim(), h.to_string(), "{k}");
+            let ttl: u64 = redis.cli(&["ttl", &k]).trim().parse().expect("ttl");
+            assert!((3590..=3600).contains(&ttl), "{k}: ttl {ttl}");
+        }
+    }
     // hits [0, 1] where the first has no rule and the second is at 10/10.
     let k = key("l10", "c20", w);
     redis.cli(&["set", &k, "10", "ex", "3600"]);

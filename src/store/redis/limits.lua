@@ -7,14 +7,14 @@
 -- ARGV: the number of groups, then per group: mode, nonce, taken-at time
 -- (µs, refund only), n, then per item six fields: kind, limit, period,
 -- burst, cost, flag; or, for a group of the original's counters alone
--- counted ("count"), the compact layout given below. KEYS: the groups'
--- keys in order, one per item.
+-- counted ("count-same", "count"), the compact layouts given below. KEYS:
+-- the groups' keys in order, one per item.
 --
 -- A prelude (single_keys.lua or node_keys.lua) says where they are: the
 -- keys are KT[key_at + 1 ..] and the layout starts at ARGV[at].
 --
--- Modes: "count" (the compact group: "commit" or "decide" of counters
--- alone), "commit" (counters count; the rest is taken iff every binding
+-- Modes: "count-same" and "count" (the compact groups: "commit" or
+-- "decide" of counters alone), "commit" (counters count; the rest is taken iff every binding
 -- item is admitted), "stop" (commit, but if any counter would pass its
 -- limit only those counters are incremented), "decide" (counters count,
 -- nothing else is taken), "refund" (each item taken on commit gives its
@@ -335,17 +335,30 @@ local function build_general()
 end
 
 -- Groups in order. A group of the original's counters alone, counted
--- without STOP ("count"), comes in a compact layout: n, then per counter
--- its cost and TTL (s); it answers each counter's value after and nothing
--- else (the caller, which knows the limits, decides from the values). It
--- is the common case and kept free of closures, tables and number
--- formatting (the cost goes to INCRBY as the string it came as); Redis
--- spends its time here.
+-- without STOP, comes in a compact layout: "count-same", n, then the one
+-- cost and TTL (s) of all n counters; or "count", n, then per counter its
+-- cost and TTL. It answers each counter's value after and nothing else
+-- (the caller, which knows the limits, decides from the values). It is the
+-- common case and kept free of closures, tables and number formatting (the
+-- cost goes to INCRBY as the string it came as); Redis spends its time
+-- here.
 local out = {}
 local run_group
 for _ = 1, tonumber(ARGV[at]) do
   local mode = ARGV[at + 1]
-  if mode == 'count' then
+  if mode == 'count-same' then
+    local n, hits, ttl = tonumber(ARGV[at + 2]), ARGV[at + 3], ARGV[at + 4]
+    local created = tonumber(hits)
+    local first = #out
+    for i = 1, n do
+      local key = KT[key_at + i]
+      local v = call('INCRBY', key, hits)
+      if v == created then call('EXPIRE', key, ttl) end
+      out[first + i] = v
+    end
+    key_at = key_at + n
+    at = at + 4
+  elseif mode == 'count' then
     local n = tonumber(ARGV[at + 2])
     local first = #out
     for i = 1, n do

@@ -154,15 +154,29 @@ impl Part<'_> {
                 .all(|&i| matches!(self.items[i].limit, Limit::Counter(_)))
     }
 
-    /// The compact group (`count`): `n`, then per counter its cost and TTL.
-    /// The script answers each counter's value after, and nothing else.
+    /// The compact group: `count-same`, `n`, then the one cost and TTL of
+    /// all its counters (a request's counters on a node usually share
+    /// both); else `count`, `n`, then per counter its cost and TTL. The
+    /// script answers each counter's value after, and nothing else.
     fn counters(&self, positions: &[usize], cost: impl Fn(usize) -> u64) -> Group {
-        let mut args = Vec::with_capacity(2 + COUNTER_FIELDS * positions.len());
-        args.extend([Value::from_static_str("count"), int(positions.len() as u64)]);
-        for &i in positions {
-            let (_, _, ttl, _) = fields(&self.items[i].limit);
-            args.extend([int(cost(i)), int(ttl)]);
-        }
+        let pairs: Vec<(u64, u64)> = positions
+            .iter()
+            .map(|&i| (cost(i), fields(&self.items[i].limit).2))
+            .collect();
+        let n = int(positions.len() as u64);
+        let args = match pairs.split_first() {
+            Some((&(cost, ttl), rest)) if rest.iter().all(|&p| p == (cost, ttl)) => {
+                vec![Value::from_static_str("count-same"), n, int(cost), int(ttl)]
+            }
+            _ => {
+                let mut args = Vec::with_capacity(2 + COUNTER_FIELDS * pairs.len());
+                args.extend([Value::from_static_str("count"), n]);
+                for (cost, ttl) in pairs {
+                    args.extend([int(cost), int(ttl)]);
+                }
+                args
+            }
+        };
         Group {
             keys: self.keys(positions),
             args,
@@ -643,6 +657,38 @@ mod tests {
             ..part
         };
         assert!(!part.is_compact("commit", &part.positions));
+    }
+
+    #[test]
+    fn counters_that_share_cost_and_ttl_send_them_once() {
+        let mode = |g: &Group| g.args[0].as_str().map(|s| s.to_string());
+        let items = [counter(5, true), counter(2, false), counter(3, true)];
+        let part = Part {
+            per_second: false,
+            route: Route::Slot(0),
+            positions: vec![0, 1, 2],
+            items: &items,
+        };
+        let same = part.group("commit", "", 0, None, |i| items[i].cost);
+        assert_eq!(mode(&same).as_deref(), Some("count-same"));
+        assert_eq!(same.args.len(), 4);
+        assert_eq!(same.reply_len, 3);
+        // Another cost, or another TTL, and each counter carries its own.
+        let costs = part.group("commit", "", 0, None, |i| 1 + i as u64);
+        assert_eq!(mode(&costs).as_deref(), Some("count"));
+        assert_eq!(costs.args.len(), 2 + 2 * 3);
+        let mut hourly = items.clone();
+        if let Limit::Counter(w) = &mut hourly[2].limit {
+            w.ttl_seconds = 3600;
+        }
+        let part = Part {
+            items: &hourly,
+            ..part
+        };
+        let ttls = part.group("decide", "", 0, None, |i| hourly[i].cost);
+        assert_eq!(mode(&ttls).as_deref(), Some("count"));
+        assert_eq!(ttls.args.len(), 2 + 2 * 3);
+        assert_eq!(ttls.reply_len, 3);
     }
 
     /// The size of the future `f` returns for a request's work.
