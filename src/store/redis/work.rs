@@ -626,15 +626,20 @@ mod tests {
         }
     }
 
+    /// One part holding every one of `items`, on one node.
+    fn whole(items: &[Item]) -> Part<'_> {
+        Part {
+            per_second: false,
+            route: Route::Slot(0),
+            positions: (0..items.len()).collect(),
+            items,
+        }
+    }
+
     #[test]
     fn a_compact_group_commits_iff_no_binding_counter_passed_its_limit() {
         let items = [counter(5, true), counter(2, false), counter(3, true)];
-        let part = Part {
-            per_second: false,
-            route: Route::Slot(0),
-            positions: vec![0, 1, 2],
-            items: &items,
-        };
+        let part = whole(&items);
         assert!(part.is_compact("commit", &part.positions));
         assert!(part.is_compact("decide", &part.positions));
         assert!(!part.is_compact("stop", &part.positions));
@@ -663,12 +668,7 @@ mod tests {
     fn counters_that_share_cost_and_ttl_send_them_once() {
         let mode = |g: &Group| g.args[0].as_str().map(|s| s.to_string());
         let items = [counter(5, true), counter(2, false), counter(3, true)];
-        let part = Part {
-            per_second: false,
-            route: Route::Slot(0),
-            positions: vec![0, 1, 2],
-            items: &items,
-        };
+        let part = whole(&items);
         let same = part.group("commit", "", 0, None, |i| items[i].cost);
         assert_eq!(mode(&same).as_deref(), Some("count-same"));
         assert_eq!(same.args.len(), 4);
