@@ -159,19 +159,19 @@ impl Part<'_> {
     /// both); else `count`, `n`, then per counter its cost and TTL. The
     /// script answers each counter's value after, and nothing else.
     fn counters(&self, positions: &[usize], cost: impl Fn(usize) -> u64) -> Group {
-        let pairs: Vec<(u64, u64)> = positions
-            .iter()
-            .map(|&i| (cost(i), fields(&self.items[i].limit).2))
-            .collect();
+        let pair = |i: usize| (cost(i), fields(&self.items[i].limit).2);
+        let shared = positions
+            .first()
+            .map(|&i| pair(i))
+            .filter(|&first| positions.iter().all(|&i| pair(i) == first));
         let n = int(positions.len() as u64);
-        let args = match pairs.split_first() {
-            Some((&(cost, ttl), rest)) if rest.iter().all(|&p| p == (cost, ttl)) => {
-                vec![Value::from_static_str("count-same"), n, int(cost), int(ttl)]
-            }
-            _ => {
-                let mut args = Vec::with_capacity(2 + COUNTER_FIELDS * pairs.len());
+        let args = match shared {
+            Some((cost, ttl)) => vec![Value::from_static_str("count-same"), n, int(cost), int(ttl)],
+            None => {
+                let mut args = Vec::with_capacity(2 + COUNTER_FIELDS * positions.len());
                 args.extend([Value::from_static_str("count"), n]);
-                for (cost, ttl) in pairs {
+                for &i in positions {
+                    let (cost, ttl) = pair(i);
                     args.extend([int(cost), int(ttl)]);
                 }
                 args
