@@ -39,6 +39,7 @@ fn main() {
                 limit: 1000,
                 window,
                 ttl_seconds: 60,
+                jitter_seconds: 0,
             };
             batch.push(Item::new(
                 format!(

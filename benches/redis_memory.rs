@@ -110,6 +110,7 @@ fn main() {
             limit: 100,
             window: Window::containing(SystemClock.now_secs(), 3600),
             ttl_seconds: 3600,
+            jitter_seconds: 0,
         };
         rt.block_on(async {
             for chunk in (0..n).collect::<Vec<_>>().chunks(200) {

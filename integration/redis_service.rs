@@ -473,6 +473,43 @@ async fn lost_scripts_are_loaded_again(redis: &Redis) {
     assert_eq!(r.overall_code, OK);
 }
 
+/// With `EXPIRATION_JITTER_MAX_SECONDS` (300 here, the default), a new
+/// counter's TTL is its window plus a draw from 0 .. 299 s, each key its
+/// own: counters of one request (one group per node) and of a request that
+/// also holds a token bucket (on the bucket's node, the script's general
+/// path).
+async fn new_keys_expire_with_their_own_jitter(redis: &Redis) {
+    let svc = start(redis, &[("EXPIRATION_JITTER_MAX_SECONDS", "300")]);
+    let w = hour_window();
+    let run = format!("j{}", unix_now());
+    let mut c = svc.client().await;
+    let compact: Vec<String> = (0..20).map(|i| format!("{run}c{i}")).collect();
+    let descriptors = compact.iter().map(|v| desc(&[("l20", v)])).collect();
+    let r = call(&mut c, request("d", descriptors)).await.expect("call");
+    assert_eq!(r.overall_code, OK);
+    let general: Vec<String> = (0..8).map(|i| format!("{run}g{i}")).collect();
+    let mut descriptors: Vec<_> = general.iter().map(|v| desc(&[("l20", v)])).collect();
+    descriptors.push(desc(&[("tb", &run)]));
+    let r = call(&mut c, request("d", descriptors)).await.expect("call");
+    assert_eq!(r.overall_code, OK);
+    for (name, values) in [("one group per node", &compact), ("general path", &general)] {
+        let ttls: std::collections::BTreeSet<u64> = values
+            .iter()
+            .map(|v| {
+                let k = key("l20", v, w);
+                assert_eq!(redis.cli(&["get", &k]).trim(), "1", "{k}");
+                let ttl: u64 = redis.cli(&["ttl", &k]).trim().parse().expect("ttl");
+                assert!((3590..3900).contains(&ttl), "{name}: {k}: ttl {ttl}");
+                ttl
+            })
+            .collect();
+        // Twenty (eight) independent draws from 300 values: fewer than 5
+        // (2) distinct ones has a chance below 10^-20 (10^-19).
+        let least = if values.len() > 10 { 5 } else { 2 };
+        assert!(ttls.len() >= least, "{name}: TTLs {ttls:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn single_redis() {
     let redis = Redis::Single(RedisServer::start());
@@ -485,6 +522,7 @@ async fn single_redis() {
     mixed_requests_are_one_trip(&redis).await;
     ten_descriptors_are_a_call_per_node(&redis).await;
     lost_scripts_are_loaded_again(&redis).await;
+    new_keys_expire_with_their_own_jitter(&redis).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -498,6 +536,7 @@ async fn redis_cluster() {
     mixed_requests_are_one_trip(&redis).await;
     ten_descriptors_are_a_call_per_node(&redis).await;
     lost_scripts_are_loaded_again(&redis).await;
+    new_keys_expire_with_their_own_jitter(&redis).await;
 }
 
 /// SECOND limits go only to the per-second Redis.
@@ -914,6 +953,7 @@ async fn redis_sentinel() {
     counter_arithmetic(&redis).await;
     stop_increment(&redis).await;
     one_script_per_decision(&redis).await;
+    new_keys_expire_with_their_own_jitter(&redis).await;
 }
 
 /// `REDIS_TLS` with a CA and a client certificate (the original's "TLS with

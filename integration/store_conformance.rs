@@ -28,6 +28,7 @@ fn hour_window(limit: u64) -> OriginalWindow {
         limit,
         window: Window::containing(now(), 3600),
         ttl_seconds: 3600,
+        jitter_seconds: 0,
     }
 }
 
@@ -125,6 +126,29 @@ async fn many_keys_keep_their_order(store: Arc<dyn Store>, p: &str) {
         .collect();
     let want: Vec<u64> = (0..50u64).map(|i| i + 1).collect();
     assert_eq!(store.count(&batch, Policy::Commit).await, Ok(want));
+}
+
+/// Concurrent callers' counters coalesced into one call each get their
+/// own values: 32 callers, two keys of their own per request, with hits of
+/// 1, 2 or 3 (so runs of equal cost alternate with others in a call).
+async fn concurrent_callers_get_their_own_counts(store: Arc<dyn Store>, p: &str) {
+    let tasks: Vec<_> = (0..32u64)
+        .map(|c| {
+            let store = Arc::clone(&store);
+            let (a, b) = (format!("{p}c{c}_a"), format!("{p}c{c}_b"));
+            let hits = 1 + c % 3;
+            tokio::spawn(async move {
+                for j in 1..=20u64 {
+                    let batch = [inc(&a, hits, u64::MAX), inc(&b, hits, u64::MAX)];
+                    let got = store.count(&batch, Policy::Commit).await;
+                    assert_eq!(got, Ok(vec![j * hits, j * hits]), "caller {c}, request {j}");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("caller");
+    }
 }
 
 /// No lost updates: 64 concurrent callers on one key.
@@ -432,6 +456,7 @@ async fn all_bodies(store: Arc<dyn Store>, clustered: bool) {
     stop_increment_when_over_limit(Arc::clone(&store), "t2_").await;
     many_keys_keep_their_order(Arc::clone(&store), "t3_").await;
     no_lost_updates(Arc::clone(&store), "t4_").await;
+    concurrent_callers_get_their_own_counts(Arc::clone(&store), "t10_").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -435,6 +435,7 @@ impl Engine {
             quota: &matched.quota,
             failure: self.options.failure,
             placement: &*self.placement,
+            expiration_jitter: self.options.expiration_jitter_max_seconds,
         };
         let mut plan = plan::Plan::new();
         let limits = std::mem::take(&mut matched.limits);
@@ -452,7 +453,6 @@ impl Engine {
                     .as_ref()
                     .is_some_and(|c| c.is_over_limit(key, now))
             };
-            let ttl = |length: u64| length + self.jitter();
             plan.add(
                 request,
                 index,
@@ -462,7 +462,6 @@ impl Engine {
                 now,
                 &options,
                 cached_over,
-                ttl,
             );
         }
         plan.settle(&options);
@@ -641,13 +640,6 @@ impl Engine {
                     None => Vec::new(),
                 }
             }
-        }
-    }
-
-    fn jitter(&self) -> u64 {
-        match self.options.expiration_jitter_max_seconds {
-            0 => 0,
-            max => rand::random_range(0..max),
         }
     }
 }

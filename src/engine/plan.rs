@@ -71,6 +71,8 @@ pub(crate) struct PlanOptions<'a> {
     pub(crate) failure: FailureDefaults,
     /// Where the store keeps a key (each item names its node).
     pub(crate) placement: &'a dyn Placement,
+    /// `EXPIRATION_JITTER_MAX_SECONDS`, for the original's counters.
+    pub(crate) expiration_jitter: u64,
 }
 
 impl PlanOptions<'_> {
@@ -136,7 +138,6 @@ impl Plan {
         now_secs: u64,
         options: &PlanOptions<'_>,
         cached_over: impl Fn(&str) -> bool,
-        ttl: impl Fn(u64) -> u64,
     ) {
         let entries = &request.descriptors[index].entries;
         let pattern = limit.share_threshold_key_pattern.as_deref();
@@ -152,11 +153,11 @@ impl Plan {
                 calendar.unit(),
                 window.start,
             );
-            let ttl_seconds = ttl(window.reset_after(now_secs));
             let counter = OriginalWindow {
                 limit,
                 window,
-                ttl_seconds,
+                ttl_seconds: window.reset_after(now_secs),
+                jitter_seconds: options.expiration_jitter,
             };
             (key, counter)
         };
@@ -183,7 +184,8 @@ impl Plan {
                     let original = OriginalWindow {
                         limit: requests,
                         window,
-                        ttl_seconds: ttl(window.length),
+                        ttl_seconds: window.length,
+                        jitter_seconds: options.expiration_jitter,
                     };
                     (key, original)
                 }

@@ -542,6 +542,7 @@ mod tests {
             limit,
             window: Window::containing(now, unit),
             ttl_seconds: unit,
+            jitter_seconds: 0,
         };
         Item::new(key, Limit::Counter(w), hits)
     }

@@ -44,12 +44,27 @@ pub struct OriginalWindow {
     pub limit: u64,
     /// The window the key counts; the counter expires when it ends.
     pub window: Window,
-    /// Seconds a store with server-side expiry keeps the key: the window
-    /// length plus the configured jitter (the original's EXPIRE argument).
+    /// Seconds a store with server-side expiry keeps the key, before the
+    /// jitter: the window's length (a calendar period's: until it ends).
     pub ttl_seconds: u64,
+    /// Exclusive bound of the random seconds added to `ttl_seconds` when
+    /// the key is created (`EXPIRATION_JITTER_MAX_SECONDS`; 0 for none),
+    /// so that keys created together do not all expire together. The store
+    /// that creates the key draws it: one window's counters then share
+    /// their arguments on the way there.
+    pub jitter_seconds: u64,
 }
 
 impl OriginalWindow {
+    /// The TTL for a key created now: `ttl_seconds` plus a uniform draw
+    /// from `0 .. jitter_seconds`.
+    pub fn expiry_seconds(&self) -> u64 {
+        match self.jitter_seconds {
+            0 => self.ttl_seconds,
+            max => self.ttl_seconds + rand::random_range(0..max),
+        }
+    }
+
     /// Whether a counter holding `after` once incremented admits the
     /// request: iff it is within the limit.
     pub fn admits(&self, after: u64) -> bool {
@@ -562,7 +577,23 @@ impl<S: Store + ?Sized> StoreExt for S {}
 
 #[cfg(test)]
 mod tests {
-    use super::NodeId;
+    use super::{NodeId, OriginalWindow};
+    use crate::limiter::fixed_window::Window;
+
+    #[test]
+    fn a_new_keys_expiry_is_its_ttl_plus_a_draw_below_the_jitter_bound() {
+        let window = |jitter_seconds| OriginalWindow {
+            limit: 10,
+            window: Window::containing(120, 60),
+            ttl_seconds: 60,
+            jitter_seconds,
+        };
+        assert_eq!(window(0).expiry_seconds(), 60);
+        let drawn: std::collections::BTreeSet<u64> =
+            (0..500).map(|_| window(5).expiry_seconds()).collect();
+        // 500 draws from 5 values miss one with a chance below 10^-47.
+        assert_eq!(drawn, (60..65).collect());
+    }
 
     #[test]
     fn node_ids_are_equal_iff_their_names_are() {

@@ -376,7 +376,7 @@ impl MemcacheStore {
                     Arc::clone(&servers[MemcacheStore::server_of(&servers, &inc.key)]),
                     inc.key.clone(),
                     inc.cost,
-                    w.ttl_seconds,
+                    w.expiry_seconds(),
                 ))
             })
             .collect();

@@ -21,8 +21,9 @@
 -- cost back to the window of the taken-at time, then answers as "read"),
 -- "read" (counters are read, nothing is taken).
 --
--- Kinds: "oc" the original's counter (period: its TTL in s), counted the
--- original's way (INCRBY, EXPIRE when it creates the key); "ow" the same
+-- Kinds: "oc" the original's counter (period: its TTL in s; burst: its
+-- expiry jitter bound in s), counted the original's way (INCRBY, EXPIRE
+-- when it creates the key, see `created`); "ow" the same
 -- counter decided before it is counted; "fw", "sw", "tb", "sl" the opt-in
 -- algorithms (period in µs).
 --
@@ -40,6 +41,26 @@
 local call = redis.call
 -- Redis's TIME of this call in µs (0 until a general group reads it).
 local now = 0
+
+-- A counter the increment just created expires after its `ttl` (s) plus a
+-- uniform draw from 0 .. jitter - 1 (EXPIRATION_JITTER_MAX_SECONDS), drawn
+-- here rather than by the caller so that one window's counters share
+-- their arguments. Lua's generator is seeded once per call from TIME: a
+-- server that reseeds it on every script call (before Redis 7) would
+-- otherwise draw the same sequence in each.
+local seeded = false
+local function created(key, ttl, jitter)
+  jitter = tonumber(jitter)
+  if jitter > 0 then
+    if not seeded then
+      local t = call('TIME')
+      math.randomseed(tonumber(t[1]) % 2000 * 1000000 + tonumber(t[2]))
+      seeded = true
+    end
+    ttl = tonumber(ttl) + math.random(0, jitter - 1)
+  end
+  call('EXPIRE', key, ttl)
+end
 
 -- The general path: every kind of item, every mode. Built on the first
 -- group that needs it, so that a call of the original's counters alone
@@ -66,9 +87,9 @@ local function build_general()
   end
 
   -- The original's counter: INCRBY, and the TTL when this creates the key.
-  local function count(key, hits, ttl)
+  local function count(key, hits, ttl, jitter)
     local v = call('INCRBY', key, hits)
-    if v == hits then call('EXPIRE', key, ttl) end
+    if v == hits then created(key, ttl, jitter) end
     return v
   end
 
@@ -153,7 +174,7 @@ local function build_general()
         else
           local hits = cost
           if any and not over[i] then hits = 0 end
-          v = count(key, hits, period)
+          v = count(key, hits, period, burst)
           taken[i] = hits > 0 and v <= limit
         end
         if binding and v > limit then all = false end
@@ -256,7 +277,7 @@ local function build_general()
                   call('SET', key, string.format('%d:%d:0', k, nc), 'PX', ms(until_end))
                 end
               else
-                write = function() count(key, cost, period) end
+                write = function() count(key, cost, period, burst) end
               end
             end
           else code, retry, reset = 0, until_end, until_end end
@@ -336,8 +357,9 @@ end
 
 -- Groups in order. A group of the original's counters alone, counted
 -- without STOP, comes in a compact layout: "count-same", n, then the one
--- cost and TTL (s) of all n counters; or "count", n, then per counter its
--- cost and TTL. It answers each counter's value after and nothing else
+-- cost, TTL (s) and jitter bound (s) of all n counters; or "count", n,
+-- then per counter its cost, TTL and jitter bound. It answers each
+-- counter's value after and nothing else
 -- (the caller, which knows the limits, decides from the values). It is the
 -- common case and kept free of closures, tables and number formatting (the
 -- cost goes to INCRBY as the string it came as); Redis spends its time
@@ -347,29 +369,29 @@ local run_group
 for _ = 1, tonumber(ARGV[at]) do
   local mode = ARGV[at + 1]
   if mode == 'count-same' then
-    local n, hits, ttl = tonumber(ARGV[at + 2]), ARGV[at + 3], ARGV[at + 4]
-    local created = tonumber(hits)
+    local n, hits = tonumber(ARGV[at + 2]), ARGV[at + 3]
+    local new = tonumber(hits)
     local first = #out
     for i = 1, n do
       local key = KT[key_at + i]
       local v = call('INCRBY', key, hits)
-      if v == created then call('EXPIRE', key, ttl) end
+      if v == new then created(key, ARGV[at + 4], ARGV[at + 5]) end
       out[first + i] = v
     end
     key_at = key_at + n
-    at = at + 4
+    at = at + 5
   elseif mode == 'count' then
     local n = tonumber(ARGV[at + 2])
     local first = #out
     for i = 1, n do
-      local o = at + 2 * i
-      local key, hits = KT[key_at + i], ARGV[o + 1]
+      local o = at + 3 * i
+      local key, hits = KT[key_at + i], ARGV[o]
       local v = call('INCRBY', key, hits)
-      if v == tonumber(hits) then call('EXPIRE', key, ARGV[o + 2]) end
+      if v == tonumber(hits) then created(key, ARGV[o + 1], ARGV[o + 2]) end
       out[first + i] = v
     end
     key_at = key_at + n
-    at = at + 2 + 2 * n
+    at = at + 2 + 3 * n
   else
     run_group = run_group or build_general()
     local n = tonumber(ARGV[at + 4])

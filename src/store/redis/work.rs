@@ -62,7 +62,7 @@ use crate::store::{Answer, Decided, Item, Limit, Policy, Reply, StoreError, Stor
 
 /// Fields per item in ARGV, and per counter in a compact group.
 const FIELDS: usize = 6;
-const COUNTER_FIELDS: usize = 2;
+const COUNTER_FIELDS: usize = 3;
 /// Values the script answers for a counter, and for any other item.
 const COUNTER_REPLY: usize = 1;
 const ITEM_REPLY: usize = 5;
@@ -130,7 +130,7 @@ impl Part<'_> {
         }
         Group {
             keys: self.keys(positions),
-            args,
+            args: GroupArgs::Listed(args),
             reply_len,
         }
     }
@@ -154,27 +154,32 @@ impl Part<'_> {
                 .all(|&i| matches!(self.items[i].limit, Limit::Counter(_)))
     }
 
-    /// The compact group: `count-same`, `n`, then the one cost and TTL of
-    /// all its counters (a request's counters on a node usually share
-    /// both); else `count`, `n`, then per counter its cost and TTL. The
-    /// script answers each counter's value after, and nothing else.
+    /// The compact group: the one cost, TTL and jitter bound of all its
+    /// counters (a request's counters on a node usually share all three),
+    /// or else `count`, `n`, then per counter its own. The script answers
+    /// each counter's value after, and nothing else.
     fn counters(&self, positions: &[usize], cost: impl Fn(usize) -> u64) -> Group {
-        let pair = |i: usize| (cost(i), fields(&self.items[i].limit).2);
+        let expiry = |i: usize| {
+            let (_, _, ttl, jitter) = fields(&self.items[i].limit);
+            Expiry {
+                cost: cost(i),
+                ttl,
+                jitter,
+            }
+        };
         let shared = positions
             .first()
-            .map(|&i| pair(i))
-            .filter(|&first| positions.iter().all(|&i| pair(i) == first));
-        let n = int(positions.len() as u64);
+            .map(|&i| expiry(i))
+            .filter(|&first| positions.iter().all(|&i| expiry(i) == first));
         let args = match shared {
-            Some((cost, ttl)) => vec![Value::from_static_str("count-same"), n, int(cost), int(ttl)],
+            Some(shared) => GroupArgs::SameCounters(shared),
             None => {
                 let mut args = Vec::with_capacity(2 + COUNTER_FIELDS * positions.len());
-                args.extend([Value::from_static_str("count"), n]);
+                args.extend([Value::from_static_str("count"), int(positions.len() as u64)]);
                 for &i in positions {
-                    let (cost, ttl) = pair(i);
-                    args.extend([int(cost), int(ttl)]);
+                    args.extend(expiry(i).args());
                 }
-                args
+                GroupArgs::Listed(args)
             }
         };
         Group {
@@ -203,10 +208,100 @@ impl Part<'_> {
 #[derive(Debug)]
 pub(super) struct Group {
     keys: Vec<String>,
-    /// `mode, nonce, taken-at time, n`, then the items' fields.
-    args: Vec<Value>,
+    args: GroupArgs,
     /// How many values the script answers for it.
     reply_len: usize,
+}
+
+/// What the script needs of a counter besides its key: the increment, and
+/// the TTL (s) and jitter bound (s) it draws the key's expiry from when the
+/// increment creates the key.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Expiry {
+    cost: u64,
+    ttl: u64,
+    jitter: u64,
+}
+
+impl Expiry {
+    fn args(self) -> [Value; COUNTER_FIELDS] {
+        [int(self.cost), int(self.ttl), int(self.jitter)]
+    }
+}
+
+/// A group's arguments, after the keys.
+#[derive(Debug, PartialEq)]
+enum GroupArgs {
+    /// Counters alone, sharing one [`Expiry`]: sent as the script's
+    /// `count-same`, `n`, cost, TTL, jitter, one such header for a run of
+    /// these groups with the same one (see [`CallArgs`]).
+    SameCounters(Expiry),
+    /// Any other group, as the script reads it: `mode, nonce, taken-at
+    /// time, n`, then the items' fields, or a `count` group.
+    Listed(Vec<Value>),
+}
+
+/// One script call's keys, arguments and answer sizes, from its groups in
+/// order. Consecutive counter groups with the same [`Expiry`] (the
+/// common case when many requests' counters are coalesced into one call)
+/// become one `count-same` group of the script: its answer, a value per
+/// counter in key order, is the groups' answers one after another, so it
+/// still splits back by their sizes; the call sends one header for the run
+/// instead of one per group.
+#[derive(Debug)]
+struct CallArgs {
+    keys: Vec<String>,
+    /// The script's group count, then its groups.
+    args: Vec<Value>,
+    /// Per group given, how many values of the answer are its.
+    sizes: Vec<usize>,
+}
+
+impl CallArgs {
+    fn new(groups: Vec<Group>) -> CallArgs {
+        let n_keys: usize = groups.iter().map(|g| g.keys.len()).sum();
+        let n_args: usize = groups
+            .iter()
+            .map(|g| match &g.args {
+                GroupArgs::SameCounters(_) => 2 + COUNTER_FIELDS,
+                GroupArgs::Listed(args) => args.len(),
+            })
+            .sum();
+        let mut keys = Vec::with_capacity(n_keys);
+        let mut sizes = Vec::with_capacity(groups.len());
+        let mut args = Vec::with_capacity(1 + n_args);
+        args.push(Value::Null);
+        let mut script_groups = 0u64;
+        // The open `count-same` run: where its `n` sits, its expiry, its `n`.
+        let mut run: Option<(usize, Expiry, u64)> = None;
+        for g in groups {
+            let n = g.keys.len() as u64;
+            keys.extend(g.keys);
+            sizes.push(g.reply_len);
+            match g.args {
+                GroupArgs::SameCounters(expiry) => match &mut run {
+                    Some((at, same, count)) if *same == expiry => {
+                        *count += n;
+                        args[*at] = int(*count);
+                    }
+                    _ => {
+                        args.push(Value::from_static_str("count-same"));
+                        run = Some((args.len(), expiry, n));
+                        args.push(int(n));
+                        args.extend(expiry.args());
+                        script_groups += 1;
+                    }
+                },
+                GroupArgs::Listed(listed) => {
+                    args.extend(listed);
+                    run = None;
+                    script_groups += 1;
+                }
+            }
+        }
+        args[0] = int(script_groups);
+        CallArgs { keys, args, sizes }
+    }
 }
 
 /// `limits.lua` calls on one node, for the coalescer: groups of several
@@ -226,17 +321,8 @@ impl LimitCalls {
 
     async fn call(&self, groups: Vec<Group>) -> Result<Vec<Vec<i64>>, StoreError> {
         let backend = &self.backend;
-        let n_keys: usize = groups.iter().map(|g| g.keys.len()).sum();
-        let n_args = 1 + groups.iter().map(|g| g.args.len()).sum::<usize>();
-        let mut keys = Vec::with_capacity(n_keys);
-        let mut sizes = Vec::with_capacity(groups.len());
-        let mut args = Vec::with_capacity(n_args);
-        args.push(int(groups.len() as u64));
-        for g in groups {
-            keys.extend(g.keys);
-            args.extend(g.args);
-            sizes.push(g.reply_len);
-        }
+        let CallArgs { keys, args, sizes } = CallArgs::new(groups);
+        let n_keys = keys.len();
         let (script, keys, argv) = match (self.per_node, &backend.node_script) {
             (true, Some(script)) => {
                 // The first key is declared and routes the call; all of
@@ -281,7 +367,8 @@ impl coalesce::Batch for LimitCalls {
     }
 }
 
-/// `kind, limit, period (µs; the TTL in s for the original's), burst`.
+/// `kind, limit, period (µs; the TTL in s for the original's), burst (the
+/// jitter bound in s for the original's)`.
 fn fields(limit: &Limit) -> (&'static str, u64, u64, u64) {
     let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1);
     match limit {
@@ -291,8 +378,8 @@ fn fields(limit: &Limit) -> (&'static str, u64, u64, u64) {
             micros(l.period()),
             l.capacity(),
         ),
-        Limit::Counter(w) => ("oc", w.limit, w.ttl_seconds, w.limit),
-        Limit::Window(w) => ("ow", w.limit, w.ttl_seconds, w.limit),
+        Limit::Counter(w) => ("oc", w.limit, w.ttl_seconds, w.jitter_seconds),
+        Limit::Window(w) => ("ow", w.limit, w.ttl_seconds, w.jitter_seconds),
     }
 }
 
@@ -620,6 +707,7 @@ mod tests {
                     limit,
                     window,
                     ttl_seconds: 60,
+                    jitter_seconds: 0,
                 }),
                 1,
             )
@@ -656,6 +744,7 @@ mod tests {
             limit: 2,
             window: crate::limiter::fixed_window::Window::containing(120, 60),
             ttl_seconds: 60,
+            jitter_seconds: 0,
         });
         let part = Part {
             items: &mixed,
@@ -664,19 +753,32 @@ mod tests {
         assert!(!part.is_compact("commit", &part.positions));
     }
 
+    /// The script's view of `args` as text, integers and all.
+    fn text(args: &[Value]) -> Vec<String> {
+        args.iter()
+            .map(|v| v.as_string().unwrap_or_default())
+            .collect()
+    }
+
     #[test]
     fn counters_that_share_cost_and_ttl_send_them_once() {
-        let mode = |g: &Group| g.args[0].as_str().map(|s| s.to_string());
         let items = [counter(5, true), counter(2, false), counter(3, true)];
         let part = whole(&items);
         let same = part.group("commit", "", 0, None, |i| items[i].cost);
-        assert_eq!(mode(&same).as_deref(), Some("count-same"));
-        assert_eq!(same.args.len(), 4);
+        let expiry = Expiry {
+            cost: 1,
+            ttl: 60,
+            jitter: 0,
+        };
+        assert_eq!(same.args, GroupArgs::SameCounters(expiry));
         assert_eq!(same.reply_len, 3);
         // Another cost, or another TTL, and each counter carries its own.
         let costs = part.group("commit", "", 0, None, |i| 1 + i as u64);
-        assert_eq!(mode(&costs).as_deref(), Some("count"));
-        assert_eq!(costs.args.len(), 2 + 2 * 3);
+        let GroupArgs::Listed(args) = &costs.args else {
+            panic!("per-counter costs are listed: {costs:?}");
+        };
+        #[rustfmt::skip]
+        assert_eq!(text(args), ["count", "3", "1", "60", "0", "2", "60", "0", "3", "60", "0"]);
         let mut hourly = items.clone();
         if let Limit::Counter(w) = &mut hourly[2].limit {
             w.ttl_seconds = 3600;
@@ -686,9 +788,60 @@ mod tests {
             ..part
         };
         let ttls = part.group("decide", "", 0, None, |i| hourly[i].cost);
-        assert_eq!(mode(&ttls).as_deref(), Some("count"));
-        assert_eq!(ttls.args.len(), 2 + 2 * 3);
+        let GroupArgs::Listed(args) = &ttls.args else {
+            panic!("per-counter TTLs are listed: {ttls:?}");
+        };
+        #[rustfmt::skip]
+        assert_eq!(text(args), ["count", "3", "1", "60", "0", "1", "60", "0", "1", "3600", "0"]);
         assert_eq!(ttls.reply_len, 3);
+    }
+
+    #[test]
+    fn a_call_sends_one_header_per_run_of_counter_groups_with_one_cost_and_ttl() {
+        let same = |keys: &[&str], cost, ttl, jitter| Group {
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+            args: GroupArgs::SameCounters(Expiry { cost, ttl, jitter }),
+            reply_len: keys.len(),
+        };
+        let listed = Group {
+            keys: vec!["x".into()],
+            args: GroupArgs::Listed(vec![
+                Value::from_static_str("count"),
+                int(1),
+                int(4),
+                int(60),
+                int(0),
+            ]),
+            reply_len: 1,
+        };
+        let call = CallArgs::new(vec![
+            same(&["a", "b"], 1, 60, 300),
+            same(&["c"], 1, 60, 300),
+            same(&["d", "e", "f"], 1, 60, 300),
+            same(&["g"], 2, 60, 300),
+            same(&["h"], 2, 3600, 300),
+            same(&["j"], 2, 3600, 0),
+            listed,
+            same(&["i"], 2, 3600, 0),
+        ]);
+        assert_eq!(
+            call.keys,
+            ["a", "b", "c", "d", "e", "f", "g", "h", "j", "x", "i"]
+        );
+        // Each group's share of the answer, as given: the merged run
+        // answers its counters in key order, so it splits back the same.
+        assert_eq!(call.sizes, [2, 1, 3, 1, 1, 1, 1, 1]);
+        #[rustfmt::skip]
+        let want = [
+            "6",
+            "count-same", "6", "1", "60", "300",
+            "count-same", "1", "2", "60", "300",
+            "count-same", "1", "2", "3600", "300",
+            "count-same", "1", "2", "3600", "0",
+            "count", "1", "4", "60", "0",
+            "count-same", "1", "2", "3600", "0",
+        ];
+        assert_eq!(text(&call.args), want);
     }
 
     /// The size of the future `f` returns for a request's work.
