@@ -23,9 +23,6 @@ use serde_json::Value;
 use support::redis::{RedisCluster, RedisServer};
 use support::*;
 
-const OK: i32 = 1;
-const OVER: i32 = 2;
-
 const RULES: &str = "
 domain: a
 descriptors:

@@ -27,8 +27,6 @@ use support::accuracy::{check_overload, overload, redis_env, rules, LEASABLE};
 use support::redis::{RedisCluster, RedisServer};
 use support::*;
 
-const OK: i32 = 1;
-
 /// The tests here each load 2 cores with a fleet, a Redis and 64 callers:
 /// they take turns, so that one's store calls are not another's noise.
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

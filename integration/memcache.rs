@@ -15,9 +15,6 @@ use std::time::Duration;
 use support::memcached::Memcached;
 use support::*;
 
-const OK: i32 = 1;
-const OVER: i32 = 2;
-
 const RULES: &str = "
 domain: mc
 descriptors:

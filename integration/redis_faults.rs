@@ -23,9 +23,6 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use support::redis::{RedisCluster, RedisServer};
 use support::*;
 
-const OK: i32 = 1;
-const OVER: i32 = 2;
-
 const RULES: &str = "
 domain: f
 descriptors:

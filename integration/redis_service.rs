@@ -16,9 +16,6 @@ use std::time::Duration;
 use support::redis::{RedisCluster, RedisSentinel, RedisServer};
 use support::*;
 
-const OK: i32 = 1;
-const OVER: i32 = 2;
-
 const RULES: &str = "
 domain: d
 descriptors:

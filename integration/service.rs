@@ -11,8 +11,6 @@ use std::time::Duration;
 use support::*;
 use tonic::Code as GrpcCode;
 
-const OK: i32 = 1;
-const OVER: i32 = 2;
 const SECOND: i32 = 1;
 const MINUTE: i32 = 2;
 const HOUR: i32 = 3;

@@ -24,8 +24,6 @@ use support::redis::{has_setpriv, RedisServer};
 use support::xds::{AdsServer, AdsTls};
 use support::*;
 
-const OK: i32 = 1;
-const OVER: i32 = 2;
 const WAIT: Duration = Duration::from_secs(15);
 
 /// `domain` with one descriptor `key` limited to `n` per hour.

@@ -25,10 +25,16 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
     rate_limit_descriptor::{Entry, RateLimitOverride},
     RateLimitDescriptor,
 };
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{
     rate_limit_service_client::RateLimitServiceClient, RateLimitRequest, RateLimitResponse,
 };
 use envoy_types::pb::google::protobuf::UInt64Value;
+
+/// A status's or a response's `code` as the wire carries it: allowed.
+pub const OK: i32 = Code::Ok as i32;
+/// Refused.
+pub const OVER: i32 = Code::OverLimit as i32;
 
 /// A running service. Killed (and its directory removed) on drop.
 pub struct Service {
