@@ -214,39 +214,14 @@ fn parse_flags(set: &FlagSet, args: &[String]) -> Result<Parsed, Failure> {
     Ok(parsed)
 }
 
-/// Go's `time.ParseDuration`, plus a plain number meaning seconds.
+/// A duration flag: Go's `time.ParseDuration`, as the service's settings
+/// read it, or a plain number of seconds.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("invalid duration {text:?}");
-    if let Ok(secs) = text.parse::<f64>() {
-        return Duration::try_from_secs_f64(secs).map_err(|_| bad());
+    match text.parse::<f64>() {
+        Ok(secs) => Duration::try_from_secs_f64(secs).map_err(|e| e.to_string()),
+        Err(_) => ratelimit::settings::parse::parse_duration(text).map_err(|e| e.to_string()),
     }
-    let mut rest = text;
-    let mut total = 0f64;
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let number: f64 = rest[..num_len].parse().map_err(|_| bad())?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        total += number * scale;
-        rest = &rest[unit_len..];
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| bad())
+    .map_err(|e| format!("invalid duration {text:?}: {e}"))
 }
 
 fn parse_number<T: std::str::FromStr>(name: &str, text: &str) -> Result<T, Failure> {
