@@ -22,7 +22,6 @@
 #![allow(clippy::disallowed_types)]
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -31,21 +30,32 @@ use std::time::Duration;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
     rate_limit_descriptor::Entry, RateLimitDescriptor,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
-use envoy_types::pb::envoy::service::ratelimit::v3::{
-    rate_limit_service_server::{RateLimitService, RateLimitServiceServer},
-    RateLimitRequest, RateLimitResponse,
-};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use ratelimit::cli::{Flag, FlagError, FlagKind, FlagSet, Parsed};
 use tokio::time::Instant;
 
+/// Writes to standard output, ignoring a closed pipe.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, $($arg)*);
+        let _ = stdout.flush();
+    }};
+}
+
 mod chart;
 mod grpc;
+mod keys;
+mod noop;
 mod threads;
 use grpc::GrpcConnection;
+use keys::KeyDist;
+use noop::{noop_command, parse_noop, NoopChild};
 use threads::LoadThreads;
 
 const HELP: &str = "\
@@ -117,15 +127,6 @@ OUTPUT: a human-readable report, then one line holding a JSON object:
 EXIT STATUS: 0 when the run completed (request errors are counted, not fatal),
 1 when it could not start (e.g. cannot connect), 2 on a bad command line.
 ";
-
-/// Writes to standard output, ignoring a closed pipe.
-macro_rules! out {
-    ($($arg:tt)*) => {{
-        let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(stdout, $($arg)*);
-        let _ = stdout.flush();
-    }};
-}
 
 /// Upper bound of `--duration` and `--warmup`.
 const MAX_DURATION: Duration = Duration::from_secs(3600);
@@ -237,79 +238,6 @@ fn bounded(name: &str, value: usize, low: usize, high: usize) -> Result<usize, F
             "--{name} must be between {low} and {high}, got {value}"
         )))
     }
-}
-
-/// How the value of each descriptor entry is drawn.
-#[derive(Debug, Clone)]
-enum KeyDist {
-    /// Always `v0`.
-    Hot,
-    /// Uniform over `v0 .. v{K-1}`.
-    Uniform(u64),
-    /// Zipf over K ranks with exponent S: the cumulative weights.
-    Zipf { keys: u64, s: f64, cdf: Arc<[f64]> },
-}
-
-impl KeyDist {
-    fn parse(text: &str) -> Result<KeyDist, String> {
-        let bad = || format!("invalid --keys {text:?} (want hot, uniform:K or zipf:K:S)");
-        let parts: Vec<&str> = text.split(':').collect();
-        match parts.as_slice() {
-            ["hot"] => Ok(KeyDist::Hot),
-            ["uniform", k] => match k.parse::<u64>() {
-                Ok(k) if k >= 1 => Ok(KeyDist::Uniform(k)),
-                _ => Err(bad()),
-            },
-            ["zipf", k, s] => {
-                let keys = k.parse::<u64>().map_err(|_| bad())?;
-                let s = s.parse::<f64>().map_err(|_| bad())?;
-                if keys == 0 || keys > MAX_ZIPF_KEYS || !s.is_finite() || s < 0.0 {
-                    return Err(bad());
-                }
-                Ok(KeyDist::Zipf {
-                    keys,
-                    s,
-                    cdf: zipf_cdf(keys, s),
-                })
-            }
-            _ => Err(bad()),
-        }
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            KeyDist::Hot => "hot".into(),
-            KeyDist::Uniform(k) => format!("uniform:{k}"),
-            KeyDist::Zipf { keys, s, .. } => format!("zipf:{keys}:{s}"),
-        }
-    }
-
-    fn sample(&self, rng: &mut SmallRng) -> u64 {
-        match self {
-            KeyDist::Hot => 0,
-            KeyDist::Uniform(k) => rng.random_range(0..*k),
-            KeyDist::Zipf { cdf, .. } => {
-                let u: f64 = rng.random();
-                let i = cdf.partition_point(|&c| c <= u);
-                i.min(cdf.len() - 1) as u64
-            }
-        }
-    }
-}
-
-/// Cumulative, normalised weights `1/(r+1)^s` for ranks `0..keys`.
-fn zipf_cdf(keys: u64, s: f64) -> Arc<[f64]> {
-    let mut acc = 0.0;
-    let mut cdf: Vec<f64> = (1..=keys)
-        .map(|r| {
-            acc += (r as f64).powf(-s);
-            acc
-        })
-        .collect();
-    for c in &mut cdf {
-        *c /= acc;
-    }
-    cdf.into()
 }
 
 /// One load definition (shared by `run` and both halves of `compare`).
@@ -947,273 +875,6 @@ fn finite(x: f64) -> serde_json::Value {
 // ---------------------------------------------------------------------------
 // The no-op server.
 
-#[derive(Debug, Default)]
-struct Noop {
-    served: Arc<AtomicU64>,
-}
-
-#[tonic::async_trait]
-impl RateLimitService for Noop {
-    async fn should_rate_limit(
-        &self,
-        request: tonic::Request<RateLimitRequest>,
-    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
-        self.served.fetch_add(1, Ordering::Relaxed);
-        let status = DescriptorStatus {
-            code: Code::Ok as i32,
-            ..Default::default()
-        };
-        Ok(tonic::Response::new(RateLimitResponse {
-            overall_code: Code::Ok as i32,
-            statuses: vec![status; request.get_ref().descriptors.len()],
-            ..Default::default()
-        }))
-    }
-}
-
-/// Serves the no-op service on `listener` until `shutdown` completes, on
-/// the service's own gRPC edge (one single-threaded runtime per core, see
-/// `ratelimit::service::edge`), so the ceiling it measures is the service's
-/// gRPC stack's.
-async fn serve_noop(
-    listener: tokio::net::TcpListener,
-    tls: Option<Arc<rustls::ServerConfig>>,
-    served: Arc<AtomicU64>,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<(), Failure> {
-    use ratelimit::service::edge;
-    let router: Arc<dyn Fn() -> edge::Router + Send + Sync> = Arc::new(move || {
-        tonic::transport::Server::builder()
-            .layer(ratelimit::service::grpc_metrics::GrpcMetricsLayer)
-            .add_service(RateLimitServiceServer::new(Noop {
-                served: Arc::clone(&served),
-            }))
-    });
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
-    // GRPC_WORKERS as the service reads it (a number; 0: the shared
-    // runtime), one per core by default: the memory store's default.
-    let workers = std::env::var("GRPC_WORKERS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or_else(edge::cores);
-    let fatal = |e: &dyn std::fmt::Display| Failure::Fatal(format!("no-op server: {e}"));
-    let listener = edge::GrpcListener::Tcp(listener);
-    // The service's defaults, so the ceiling pays what the service pays.
-    let admission = Arc::new(ratelimit::service::admit::Admission::new(
-        ratelimit::service::admit::default_max_connections(1024),
-        Duration::from_secs(5),
-    ));
-    let served = match workers {
-        0 => {
-            edge::serve_shared(listener, tls, router(), admission, stop_rx)
-                .map_err(|e| fatal(&e))?
-                .await
-        }
-        n => {
-            let workers = ratelimit::workers::Workers::start(n).map_err(|e| fatal(&e))?;
-            edge::serve(&workers, listener, tls, router, admission, stop_rx)
-                .map_err(|e| fatal(&e))?
-                .await
-        }
-    };
-    served.map_err(|e| fatal(&e))
-}
-
-struct NoopOptions {
-    listen: String,
-    duration: Duration,
-    tls: Option<Arc<rustls::ServerConfig>>,
-}
-
-fn parse_noop(args: &[String]) -> Result<NoopOptions, Failure> {
-    let set = FlagSet::new(
-        "noop",
-        vec![
-            string_flag("listen", "127.0.0.1:8081"),
-            string_flag("duration", "0"),
-            string_flag("tls-cert", ""),
-            string_flag("tls-key", ""),
-            string_flag("tls-client-ca", ""),
-        ],
-    );
-    let p = parse_flags(&set, args)?;
-    let duration = parse_duration(&p.string(&set, "duration")).map_err(Failure::Usage)?;
-    let (cert, key, client_ca) = (
-        p.string(&set, "tls-cert"),
-        p.string(&set, "tls-key"),
-        p.string(&set, "tls-client-ca"),
-    );
-    let tls = match (cert.is_empty(), key.is_empty()) {
-        (true, true) if client_ca.is_empty() => None,
-        (false, false) => Some(tls_acceptor(&cert, &key, &client_ca)?),
-        _ => {
-            return Err(Failure::Usage(
-                "--tls-cert and --tls-key go together (and --tls-client-ca needs them)".into(),
-            ))
-        }
-    };
-    Ok(NoopOptions {
-        listen: p.string(&set, "listen"),
-        duration,
-        tls,
-    })
-}
-
-/// The TLS side of `noop --tls-cert`: rustls with ring, ALPN h2, optional
-/// client certificates.
-fn tls_acceptor(
-    cert: &str,
-    key: &str,
-    client_ca: &str,
-) -> Result<Arc<rustls::ServerConfig>, Failure> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let fatal = |what: &str, e: &dyn std::fmt::Display| Failure::Fatal(format!("{what}: {e}"));
-    let chain = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| fatal(cert, &e))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| fatal(cert, &e))?;
-    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| fatal(key, &e))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| fatal("tls", &e))?;
-    let builder = if client_ca.is_empty() {
-        builder.with_no_client_auth()
-    } else {
-        let mut roots = rustls::RootCertStore::empty();
-        for c in CertificateDer::pem_file_iter(client_ca).map_err(|e| fatal(client_ca, &e))? {
-            roots
-                .add(c.map_err(|e| fatal(client_ca, &e))?)
-                .map_err(|e| fatal(client_ca, &e))?;
-        }
-        let verifier =
-            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .map_err(|e| fatal(client_ca, &e))?;
-        builder.with_client_cert_verifier(verifier)
-    };
-    let mut config = builder
-        .with_single_cert(chain, key_der)
-        .map_err(|e| fatal(cert, &e))?;
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(Arc::new(config))
-}
-
-fn noop_command(options: NoopOptions) -> Result<(), Failure> {
-    // The main runtime accepts, as the service's does; the workers serve.
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::Fatal(format!("cannot start the runtime: {e}")))?
-        .block_on(async move {
-            let listener = tokio::net::TcpListener::bind(&options.listen)
-                .await
-                .map_err(|e| Failure::Fatal(format!("cannot listen on {}: {e}", options.listen)))?;
-            let addr = listener
-                .local_addr()
-                .map_err(|e| Failure::Fatal(format!("cannot read the bound address: {e}")))?;
-            out!("listening on {addr}");
-            let served = Arc::new(AtomicU64::new(0));
-            let limit = options.duration;
-            let shutdown = async move {
-                let deadline = async {
-                    if limit.is_zero() {
-                        std::future::pending::<()>().await;
-                    } else {
-                        tokio::time::sleep(limit).await;
-                    }
-                };
-                tokio::select! {
-                    () = deadline => {}
-                    () = signal() => {}
-                }
-            };
-            serve_noop(listener, options.tls, Arc::clone(&served), shutdown).await?;
-            out!("served {} requests", served.load(Ordering::Relaxed));
-            Ok(())
-        })
-}
-
-/// Completes on SIGINT or SIGTERM (never if the handlers cannot be set).
-async fn signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(mut int), Ok(mut term)) => {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-            }
-        }
-        _ => std::future::pending().await,
-    }
-}
-
-/// The no-op server of `compare`: this binary's `noop` in a child process,
-/// so that it runs like the target does (its own process, allocator and
-/// runtime). Killed when dropped.
-struct NoopChild {
-    child: std::process::Child,
-    addr: String,
-    // Kept open so the child never writes into a closed pipe.
-    _stdout: std::io::BufReader<std::process::ChildStdout>,
-}
-
-impl NoopChild {
-    fn start(config: &LoadConfig) -> Result<NoopChild, Failure> {
-        use std::io::BufRead as _;
-        let fatal = |e: std::io::Error| Failure::Fatal(format!("no-op server: {e}"));
-        // Outlives the load even if this process is killed before it ends it.
-        let lifetime =
-            (config.warmup + config.duration + config.timeout) * 2 * config.rounds + MIN_NOOP_LIFE;
-        let mut child = std::process::Command::new(std::env::current_exe().map_err(fatal)?)
-            .args(["noop", "--listen", "127.0.0.1:0", "--duration"])
-            .arg(format!("{}ms", lifetime.as_millis()))
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::inherit())
-            .spawn()
-            .map_err(fatal)?;
-        let Some(stdout) = child.stdout.take() else {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(Failure::Fatal("no-op server: no standard output".into()));
-        };
-        let mut reader = std::io::BufReader::new(stdout);
-        let mut line = String::new();
-        let read = reader.read_line(&mut line);
-        let mut noop = NoopChild {
-            child,
-            addr: String::new(),
-            _stdout: reader,
-        };
-        read.map_err(fatal)?;
-        match line.trim().strip_prefix("listening on ") {
-            Some(addr) => noop.addr = addr.to_string(),
-            None => {
-                return Err(Failure::Fatal(format!(
-                    "no-op server did not start (said {line:?})"
-                )))
-            }
-        }
-        Ok(noop)
-    }
-}
-
-impl Drop for NoopChild {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1227,32 +888,6 @@ mod tests {
         assert!(parse_duration("10x").is_err());
         assert!(parse_duration("").is_err());
         assert!(parse_duration("-1").is_err());
-    }
-
-    #[test]
-    fn key_distributions() {
-        let mut rng = SmallRng::seed_from_u64(7);
-        let hot = KeyDist::parse("hot").expect("hot");
-        assert!((0..100).all(|_| hot.sample(&mut rng) == 0));
-        let uniform = KeyDist::parse("uniform:10").expect("uniform");
-        assert!((0..1000).all(|_| uniform.sample(&mut rng) < 10));
-        let zipf = KeyDist::parse("zipf:100:1.2").expect("zipf");
-        let mut counts = [0u32; 100];
-        for _ in 0..20_000 {
-            counts[zipf.sample(&mut rng) as usize] += 1;
-        }
-        assert!(counts[0] > counts[1] && counts[1] > counts[10] && counts[10] > counts[90]);
-        for bad in [
-            "",
-            "uniform",
-            "uniform:0",
-            "zipf:10",
-            "zipf:0:1",
-            "zipf:10:-1",
-            "cold",
-        ] {
-            assert!(KeyDist::parse(bad).is_err(), "{bad}");
-        }
     }
 
     #[test]
