@@ -414,6 +414,36 @@ pub fn parse_map(s: &str) -> Result<BTreeMap<String, String>, ParseError> {
     Ok(map)
 }
 
+/// A share in (0, 1].
+pub fn parse_share(s: &str) -> Result<f64, ParseError> {
+    let share = parse_f64(s)?;
+    if share > 0.0 && share <= 1.0 {
+        Ok(share)
+    } else {
+        Err(ParseError::ShareOutOfRange)
+    }
+}
+
+/// A count of at least 1.
+pub fn parse_positive_size(s: &str) -> Result<usize, ParseError> {
+    match parse_int(s)? {
+        n @ 1.. => Ok(usize::try_from(n).unwrap_or(usize::MAX)),
+        _ => Err(ParseError::OutOfRange {
+            min: 1,
+            max: i64::MAX,
+        }),
+    }
+}
+
+/// A count ≥ 0.
+pub fn parse_count(s: &str) -> Result<u64, ParseError> {
+    let n = parse_int(s)?;
+    u64::try_from(n).map_err(|_| ParseError::OutOfRange {
+        min: 0,
+        max: i64::MAX,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
