@@ -45,6 +45,7 @@
 pub mod app;
 pub mod audit;
 pub mod cli;
+pub mod client_tls;
 pub mod config;
 pub mod engine;
 mod go_syntax;

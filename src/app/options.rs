@@ -2,6 +2,7 @@
 //! names and values meet the types the components take.
 
 use super::AppError;
+use crate::client_tls::ClientTls;
 use crate::engine::{EngineOptions, FailureDefaults, HeaderFormat, HeaderNames};
 use crate::metrics::MetricsOptions;
 use crate::resilience::{BreakerOptions, LeaseOptions, ResilienceOptions};
@@ -12,7 +13,6 @@ use crate::settings::{
 };
 use crate::store::redis::url::Deployment;
 use crate::store::redis::RedisAddress;
-use crate::store::tls::ClientTls;
 use crate::xds::{Backoff, XdsOptions, XdsTls};
 
 /// The metrics options the settings describe.

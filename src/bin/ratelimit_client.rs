@@ -29,8 +29,8 @@
 //!   <message>` (grpc-go's error text) and exits 1.
 //! - `-grpc-use-tls` connects with rustls: the `-grpc-server-ca-file` is then
 //!   the only trust root (the original adds it to the system roots); without
-//!   it the system bundle (`SSL_CERT_FILE` or the usual Debian/Red Hat/Alpine
-//!   paths) is used. `-grpc-cert-file` with `-grpc-key-file` adds a client
+//!   it the system's roots are (`SSL_CERT_FILE`, or the platform's store, as
+//!   the stores' TLS reads them; `ratelimit::client_tls` builds both). `-grpc-cert-file` with `-grpc-key-file` adds a client
 //!   certificate. ALPN is `h2`.
 //! - `-oltp-protocol` accepts `http`, `grpc` or empty and has no effect (no
 //!   tracing export); any other value fails as the original's does
@@ -55,8 +55,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{
 use envoy_types::pb::google::protobuf::{value::Kind, ListValue, NullValue, Struct, Value};
 use hyper_util::rt::TokioIo;
 use ratelimit::cli::{Flag, FlagError, FlagKind, FlagSet};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use ratelimit::client_tls::{ClientTls, ClientTlsError, Roots};
+use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tonic::transport::{Endpoint, Uri};
 
@@ -460,66 +460,41 @@ fn tls_connector(
     options: &Options,
     host: &str,
 ) -> Result<(tokio_rustls::TlsConnector, ServerName<'static>), String> {
-    let mut roots = rustls::RootCertStore::empty();
-    let ca_path = if options.ca_file.is_empty() {
-        system_bundle().ok_or("no system CA bundle found; pass -grpc-server-ca-file")?
-    } else {
-        options.ca_file.clone()
-    };
-    let certs = CertificateDer::pem_file_iter(&ca_path)
-        .map_err(|e| format!("failed to read file: {ca_path}: {e}"))?;
-    for cert in certs {
-        let cert = cert.map_err(|e| format!("failed to read file: {ca_path}: {e}"))?;
-        // A bundle may hold certificates that webpki cannot use; skip them.
-        let _ = roots.add(cert);
-    }
-    if roots.is_empty() {
-        return Err(format!(
-            "failed to load the provided TLS CA certificate: {ca_path}"
-        ));
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots);
-    let mut config = if !options.cert_file.is_empty() && !options.key_file.is_empty() {
-        let pair_err = |e: &dyn std::fmt::Display| {
-            format!(
-                "failed to load TLS key pair ({},{}): {e}",
-                options.cert_file, options.key_file
+    // The CA file is the only trust root (see the module doc).
+    let tls = ClientTls {
+        roots: match options.ca_file.as_str() {
+            "" => Roots::System { extra_ca: None },
+            ca => Roots::Only(ca.into()),
+        },
+        client: (!options.cert_file.is_empty() && !options.key_file.is_empty()).then(|| {
+            (
+                options.cert_file.clone().into(),
+                options.key_file.clone().into(),
             )
-        };
-        let chain = CertificateDer::pem_file_iter(&options.cert_file)
-            .map_err(|e| pair_err(&e))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| pair_err(&e))?;
-        let key = PrivateKeyDer::from_pem_file(&options.key_file).map_err(|e| pair_err(&e))?;
-        builder
-            .with_client_auth_cert(chain, key)
-            .map_err(|e| pair_err(&e))?
-    } else {
-        builder.with_no_client_auth()
+        }),
+        skip_hostname_verification: false,
     };
+    let mut config = tls.rustls_config().map_err(|e| match e {
+        ClientTlsError::Ca { path, message } => {
+            format!("failed to read file: {}: {message}", path.display())
+        }
+        ClientTlsError::NoRoots(Some(path)) => format!(
+            "failed to load the provided TLS CA certificate: {}",
+            path.display()
+        ),
+        ClientTlsError::NoRoots(None) => {
+            "no system CA bundle found; pass -grpc-server-ca-file".to_string()
+        }
+        ClientTlsError::ClientCertificate { message, .. } => format!(
+            "failed to load TLS key pair ({},{}): {message}",
+            options.cert_file, options.key_file
+        ),
+        ClientTlsError::Config(message) => message,
+    })?;
     config.alpn_protocols = vec![b"h2".to_vec()];
     let name = ServerName::try_from(host.to_string())
         .map_err(|e| format!("invalid server name {host:?}: {e}"))?;
     Ok((tokio_rustls::TlsConnector::from(Arc::new(config)), name))
-}
-
-fn system_bundle() -> Option<String> {
-    if let Some(path) = std::env::var_os("SSL_CERT_FILE") {
-        return Some(path.to_string_lossy().into_owned());
-    }
-    [
-        "/etc/ssl/certs/ca-certificates.crt",
-        "/etc/pki/tls/certs/ca-bundle.crt",
-        "/etc/ssl/cert.pem",
-        "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
-    ]
-    .into_iter()
-    .find(|p| std::path::Path::new(p).is_file())
-    .map(str::to_string)
 }
 
 async fn run(options: Options) -> Result<RateLimitResponse, RunError> {

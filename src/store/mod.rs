@@ -24,7 +24,6 @@ pub mod key;
 pub mod memcache;
 pub mod memory;
 pub mod redis;
-pub mod tls;
 
 use std::time::Duration;
 

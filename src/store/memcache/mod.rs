@@ -36,11 +36,11 @@ use async_trait::async_trait;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
-use super::tls::ClientTls;
 use super::{
     Answer, Decided, Item, Limit, NodeId, Placement, ReferenceStep, Reply, Store, StoreError,
     StoreErrorKind, Work,
 };
+use crate::client_tls::ClientTls;
 use protocol::Reply as Said;
 
 /// The original client's I/O timeout per command.
@@ -245,7 +245,9 @@ impl MemcacheStore {
         }
         let tls = match &options.tls {
             Some(t) => Some(tokio_rustls::TlsConnector::from(Arc::new(
-                t.rustls_config("memcache")?,
+                t.rustls_config().map_err(|e| {
+                    StoreError::new(StoreErrorKind::Rejected, format!("memcache TLS {e}"))
+                })?,
             ))),
             None => None,
         };

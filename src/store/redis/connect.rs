@@ -22,7 +22,7 @@ use crate::workers::Workers;
 use tokio::runtime::Handle;
 
 /// TLS files for Redis connections.
-pub type RedisTls = crate::store::tls::ClientTls;
+pub type RedisTls = crate::client_tls::ClientTls;
 
 /// How to reach one Redis deployment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -188,7 +188,9 @@ fn effective_pool_size(configured: i64) -> usize {
 }
 
 fn tls_config(t: &RedisTls) -> Result<TlsConfig, StoreError> {
-    let config = t.rustls_config("Redis")?;
+    let config = t
+        .rustls_config()
+        .map_err(|e| StoreError::new(StoreErrorKind::Rejected, format!("Redis TLS {e}")))?;
     Ok(TlsConfig::from(fred::types::config::TlsConnector::from(
         config,
     )))
