@@ -159,9 +159,9 @@ impl Part<'_> {
     /// or else `count`, `n`, then per counter its own. The script answers
     /// each counter's value after, and nothing else.
     fn counters(&self, positions: &[usize], cost: impl Fn(usize) -> u64) -> Group {
-        let expiry = |i: usize| {
+        let counter_args = |i: usize| {
             let (_, _, ttl, jitter) = fields(&self.items[i].limit);
-            Expiry {
+            CounterArgs {
                 cost: cost(i),
                 ttl,
                 jitter,
@@ -169,15 +169,15 @@ impl Part<'_> {
         };
         let shared = positions
             .first()
-            .map(|&i| expiry(i))
-            .filter(|&first| positions.iter().all(|&i| expiry(i) == first));
+            .map(|&i| counter_args(i))
+            .filter(|&first| positions.iter().all(|&i| counter_args(i) == first));
         let args = match shared {
             Some(shared) => GroupArgs::SameCounters(shared),
             None => {
                 let mut args = Vec::with_capacity(2 + COUNTER_FIELDS * positions.len());
                 args.extend([Value::from_static_str("count"), int(positions.len() as u64)]);
                 for &i in positions {
-                    args.extend(expiry(i).args());
+                    args.extend(counter_args(i).args());
                 }
                 GroupArgs::Listed(args)
             }
@@ -217,13 +217,13 @@ pub(super) struct Group {
 /// the TTL (s) and jitter bound (s) it draws the key's expiry from when the
 /// increment creates the key.
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Expiry {
+struct CounterArgs {
     cost: u64,
     ttl: u64,
     jitter: u64,
 }
 
-impl Expiry {
+impl CounterArgs {
     fn args(self) -> [Value; COUNTER_FIELDS] {
         [int(self.cost), int(self.ttl), int(self.jitter)]
     }
@@ -232,17 +232,17 @@ impl Expiry {
 /// A group's arguments, after the keys.
 #[derive(Debug, PartialEq)]
 enum GroupArgs {
-    /// Counters alone, sharing one [`Expiry`]: sent as the script's
+    /// Counters alone, sharing one [`CounterArgs`]: sent as the script's
     /// `count-same`, `n`, cost, TTL, jitter, one such header for a run of
     /// these groups with the same one (see [`CallArgs`]).
-    SameCounters(Expiry),
+    SameCounters(CounterArgs),
     /// Any other group, as the script reads it: `mode, nonce, taken-at
     /// time, n`, then the items' fields, or a `count` group.
     Listed(Vec<Value>),
 }
 
 /// One script call's keys, arguments and answer sizes, from its groups in
-/// order. Consecutive counter groups with the same [`Expiry`] (the
+/// order. Consecutive counter groups with the same [`CounterArgs`] (the
 /// common case when many requests' counters are coalesced into one call)
 /// become one `count-same` group of the script: its answer, a value per
 /// counter in key order, is the groups' answers one after another, so it
@@ -272,23 +272,23 @@ impl CallArgs {
         let mut args = Vec::with_capacity(1 + n_args);
         args.push(Value::Null);
         let mut script_groups = 0u64;
-        // The open `count-same` run: where its `n` sits, its expiry, its `n`.
-        let mut run: Option<(usize, Expiry, u64)> = None;
+        // The open `count-same` run: where its `n` sits, its arguments, its `n`.
+        let mut run: Option<(usize, CounterArgs, u64)> = None;
         for g in groups {
             let n = g.keys.len() as u64;
             keys.extend(g.keys);
             sizes.push(g.reply_len);
             match g.args {
-                GroupArgs::SameCounters(expiry) => match &mut run {
-                    Some((at, same, count)) if *same == expiry => {
+                GroupArgs::SameCounters(shared) => match &mut run {
+                    Some((at, same, count)) if *same == shared => {
                         *count += n;
                         args[*at] = int(*count);
                     }
                     _ => {
                         args.push(Value::from_static_str("count-same"));
-                        run = Some((args.len(), expiry, n));
+                        run = Some((args.len(), shared, n));
                         args.push(int(n));
-                        args.extend(expiry.args());
+                        args.extend(shared.args());
                         script_groups += 1;
                     }
                 },
@@ -765,12 +765,12 @@ mod tests {
         let items = [counter(5, true), counter(2, false), counter(3, true)];
         let part = whole(&items);
         let same = part.group("commit", "", 0, None, |i| items[i].cost);
-        let expiry = Expiry {
+        let shared = CounterArgs {
             cost: 1,
             ttl: 60,
             jitter: 0,
         };
-        assert_eq!(same.args, GroupArgs::SameCounters(expiry));
+        assert_eq!(same.args, GroupArgs::SameCounters(shared));
         assert_eq!(same.reply_len, 3);
         // Another cost, or another TTL, and each counter carries its own.
         let costs = part.group("commit", "", 0, None, |i| 1 + i as u64);
@@ -800,7 +800,7 @@ mod tests {
     fn a_call_sends_one_header_per_run_of_counter_groups_with_one_cost_and_ttl() {
         let same = |keys: &[&str], cost, ttl, jitter| Group {
             keys: keys.iter().map(|k| k.to_string()).collect(),
-            args: GroupArgs::SameCounters(Expiry { cost, ttl, jitter }),
+            args: GroupArgs::SameCounters(CounterArgs { cost, ttl, jitter }),
             reply_len: keys.len(),
         };
         let listed = Group {
