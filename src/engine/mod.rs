@@ -46,6 +46,11 @@ pub use types::{
 /// turn.
 pub const SLICE: usize = 64;
 
+/// The largest expiry jitter bound applied, in seconds (about 68 years): the
+/// Redis script draws the jitter with Lua's generator, which takes a 32-bit
+/// signed bound.
+const MAX_JITTER_SECONDS: u64 = i32::MAX as u64;
+
 /// What the engine does beyond matching, from the settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineOptions {
@@ -111,6 +116,14 @@ impl FailureDefaults {
                 fallback: policy.fallback(limit, self.fallback_share),
             },
         }
+    }
+}
+
+impl EngineOptions {
+    /// The expiry jitter bound applied: `expiration_jitter_max_seconds`, at
+    /// most [`MAX_JITTER_SECONDS`].
+    fn expiration_jitter(&self) -> u64 {
+        self.expiration_jitter_max_seconds.min(MAX_JITTER_SECONDS)
     }
 }
 
@@ -435,7 +448,7 @@ impl Engine {
             quota: &matched.quota,
             failure: self.options.failure,
             placement: &*self.placement,
-            expiration_jitter: self.options.expiration_jitter_max_seconds,
+            expiration_jitter: self.options.expiration_jitter(),
         };
         let mut plan = plan::Plan::new();
         let limits = std::mem::take(&mut matched.limits);

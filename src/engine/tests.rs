@@ -593,3 +593,14 @@ fn a_big_request_lets_a_small_one_through_on_the_same_worker() {
         "the small request is answered while the big one is in progress"
     );
 }
+
+#[test]
+fn the_expiry_jitter_bound_stays_within_what_the_redis_script_draws_from() {
+    let with = |max| EngineOptions {
+        expiration_jitter_max_seconds: max,
+        ..EngineOptions::default()
+    };
+    assert_eq!(with(300).expiration_jitter(), 300);
+    assert_eq!(with(0).expiration_jitter(), 0);
+    assert_eq!(with(u64::MAX).expiration_jitter(), i32::MAX as u64);
+}
