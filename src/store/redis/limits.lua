@@ -64,7 +64,8 @@ end
 
 -- The general path: every kind of item, every mode. Built on the first
 -- group that needs it, so that a call of the original's counters alone
--- creates no closure (the script body runs on every call).
+-- creates none of its closures (the script body runs on every call, and
+-- makes only its two top-level functions, `created` and this one).
 local function build_general()
   -- Redis's TIME in µs, read once per call and only by a group that holds
   -- more than the original's counters (those name their window in the key).
@@ -361,9 +362,9 @@ end
 -- then per counter its cost, TTL and jitter bound. It answers each
 -- counter's value after and nothing else
 -- (the caller, which knows the limits, decides from the values). It is the
--- common case and kept free of closures, tables and number formatting (the
--- cost goes to INCRBY as the string it came as); Redis spends its time
--- here.
+-- common case and makes no closure or table of its own and formats no
+-- number (the cost goes to INCRBY as the string it came as); Redis spends
+-- its time here.
 local out = {}
 local run_group
 for _ = 1, tonumber(ARGV[at]) do
