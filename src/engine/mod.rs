@@ -315,12 +315,23 @@ impl Engine {
         self.local_cache.as_ref()
     }
 
-    /// Decides one request.
+    /// Decides one request, with no deadline but the store's own.
     pub async fn should_rate_limit(
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, ServiceError> {
-        let result = self.decide(request).await;
+        self.should_rate_limit_by(request, None).await
+    }
+
+    /// Decides one request whose store step must end by `deadline` (the
+    /// caller's, less the margin its answer needs): items the store has not
+    /// answered by then are answered by their rules' failure policies.
+    pub async fn should_rate_limit_by(
+        &self,
+        request: &RateLimitRequest,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<RateLimitResponse, ServiceError> {
+        let result = self.decide(request, deadline).await;
         match &result {
             Err(ServiceError::Store(_)) => self.stats.redis_error(),
             Err(_) => self.stats.service_error(),
@@ -330,7 +341,11 @@ impl Engine {
     }
 
     /// Validation, lookup, the store phase, the response: each a step.
-    async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, ServiceError> {
+    async fn decide(
+        &self,
+        request: &RateLimitRequest,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<RateLimitResponse, ServiceError> {
         if request.domain.is_empty() {
             return Err(ServiceError::EmptyDomain);
         }
@@ -343,7 +358,9 @@ impl Engine {
         // original's windows take it.
         let at = self.clock.now();
         let mut matched = self.lookup(&config, request, at).await?;
-        let statuses = self.limit(request, &mut matched, at.as_secs()).await?;
+        let statuses = self
+            .limit(request, &mut matched, at.as_secs(), deadline)
+            .await?;
         Ok(self.respond(request, &matched, statuses))
     }
 
@@ -432,13 +449,15 @@ impl Engine {
     }
 
     /// The store phase: every descriptor's items in one work, one trip
-    /// down the store stack (under the stack's one deadline), and each
-    /// descriptor's status from its answers.
+    /// down the store stack (under the stack's one deadline, the earlier of
+    /// `STORE_TIMEOUT` and `deadline`), and each descriptor's status from
+    /// its answers.
     async fn limit(
         &self,
         request: &RateLimitRequest,
         matched: &mut Matched,
         now: u64,
+        deadline: Option<tokio::time::Instant>,
     ) -> Result<Vec<DescriptorStatus>, ServiceError> {
         let options = plan::PlanOptions {
             prefix: &self.options.cache_key_prefix,
@@ -489,7 +508,7 @@ impl Engine {
                 committed: plan.work.policy.commits(),
             }
         } else {
-            self.store.execute(&plan.work, None).await
+            self.store.execute(&plan.work, deadline).await
         };
         if !audited.is_empty() {
             audited::judge(&audited, &plan.work, &reply);

@@ -13,10 +13,19 @@
 //! request nothing (no wait, no send) until `cooldown` has passed; then one
 //! request probes it, and only that one waits up to the deadline.
 //!
+//! A call whose caller stops waiting (the gRPC call was cancelled, so its
+//! future is dropped) still counts: with [`Breaker::counting_abandoned`], it
+//! is recorded as a failure of each node it was sent to at the instant it
+//! would have timed out, unless that node answered another call sent at or
+//! after it meanwhile. So a node that hangs opens its circuit even behind
+//! callers that give up before the store's deadline. Items failed as
+//! [`StoreErrorKind::Expired`] were never sent and count for no node.
+//!
 //! One log line when a node's circuit opens and one when it closes, and the
 //! gauge `ratelimit.store.breaker.<node>.open`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -43,13 +52,57 @@ struct NodeCircuit {
     gauge: metrics::Gauge,
 }
 
+/// The circuits of every node seen, shared with the checks of abandoned
+/// calls.
+#[derive(Debug)]
+struct Circuits {
+    options: BreakerOptions,
+    nodes: Mutex<HashMap<NodeId, NodeCircuit>>,
+    origin: Instant,
+}
+
+impl Circuits {
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+
+    /// Applies `outcome` to `node`'s circuit and tells the operator of a
+    /// change.
+    fn settle(&self, node: &NodeId, outcome: impl FnOnce(&mut Circuit) -> Option<Change>) {
+        let mut circuits = self.nodes.lock();
+        let Some(entry) = circuits.get_mut(node) else {
+            return;
+        };
+        match outcome(&mut entry.circuit) {
+            Some(Change::Opened) => {
+                entry.gauge.set(1.0);
+                tracing::warn!(
+                    node = %node,
+                    failures = self.options.failures,
+                    cooldown = ?self.options.cooldown,
+                    "store node failing: circuit breaker opened; its limits are answered by their failure_mode until a probe succeeds"
+                );
+            }
+            Some(Change::Closed) => {
+                entry.gauge.set(0.0);
+                // At warn, as the opening: the original's default log
+                // level is warn, and the operator who saw one must see the
+                // other.
+                tracing::warn!(node = %node, "store node answering again: circuit breaker closed");
+            }
+            None => {}
+        }
+    }
+}
+
 /// A store behind per-node circuit breakers.
 #[derive(Debug)]
 pub struct Breaker<S> {
     inner: S,
-    options: BreakerOptions,
-    nodes: Mutex<HashMap<NodeId, NodeCircuit>>,
-    origin: Instant,
+    circuits: Arc<Circuits>,
+    /// How long after it was sent an abandoned call counts as timed out;
+    /// `None`: abandoned calls are not counted.
+    abandoned_after: Option<Duration>,
 }
 
 impl<S: Store> Breaker<S> {
@@ -57,10 +110,22 @@ impl<S: Store> Breaker<S> {
     pub fn new(inner: S, options: BreakerOptions) -> Breaker<S> {
         Breaker {
             inner,
-            options,
-            nodes: Mutex::new(HashMap::new()),
-            origin: Instant::now(),
+            circuits: Arc::new(Circuits {
+                options,
+                nodes: Mutex::new(HashMap::new()),
+                origin: Instant::now(),
+            }),
+            abandoned_after: None,
         }
+    }
+
+    /// Counts a call whose caller went away unanswered as a failure of its
+    /// nodes at its deadline, or `timeout` after it was sent (the store's
+    /// own deadline), whichever is earlier; unless the node answered a
+    /// later call meanwhile.
+    pub fn counting_abandoned(mut self, timeout: Duration) -> Breaker<S> {
+        self.abandoned_after = Some(timeout);
+        self
     }
 
     /// The wrapped store.
@@ -68,13 +133,10 @@ impl<S: Store> Breaker<S> {
         &self.inner
     }
 
-    fn now(&self) -> Duration {
-        self.origin.elapsed()
-    }
-
     /// Whether `node`'s circuit is open or probing.
     pub fn is_open(&self, node: &NodeId) -> bool {
-        self.nodes
+        self.circuits
+            .nodes
             .lock()
             .get(node)
             .is_some_and(|n| n.circuit.is_open())
@@ -82,15 +144,16 @@ impl<S: Store> Breaker<S> {
 
     /// The admission of every distinct node of `nodes`, in first-seen order.
     fn admit(&self, nodes: &[Option<NodeId>]) -> Vec<(NodeId, Admit)> {
-        let now = self.now();
+        let now = self.circuits.now();
+        let options = self.circuits.options;
         let mut out: Vec<(NodeId, Admit)> = Vec::new();
-        let mut circuits = self.nodes.lock();
+        let mut circuits = self.circuits.nodes.lock();
         for node in nodes.iter().flatten() {
             if out.iter().any(|(n, _)| n == node) {
                 continue;
             }
             let entry = circuits.entry(node.clone()).or_insert_with(|| NodeCircuit {
-                circuit: Circuit::new(self.options.failures, self.options.cooldown),
+                circuit: Circuit::new(options.failures, options.cooldown),
                 gauge: crate::metrics::breaker_gauge(&node.0),
             });
             out.push((node.clone(), entry.circuit.admit(now)));
@@ -99,41 +162,64 @@ impl<S: Store> Breaker<S> {
     }
 
     fn record(&self, admitted: &[(NodeId, Admit)], nodes: &[Option<NodeId>], reply: &Reply) {
-        let now = self.now();
-        let mut circuits = self.nodes.lock();
+        let now = self.circuits.now();
         for (node, admit) in admitted {
             let probe = match admit {
                 Admit::Send => false,
                 Admit::Probe => true,
                 Admit::Refuse { .. } => continue,
             };
-            let failed = nodes
-                .iter()
-                .zip(&reply.answers)
-                .any(|(n, a)| n.as_ref() == Some(node) && a.as_ref().is_err_and(node_failed));
-            let Some(entry) = circuits.get_mut(node) else {
-                continue;
+            let mine = || {
+                nodes
+                    .iter()
+                    .zip(&reply.answers)
+                    .filter(move |(n, _)| n.as_ref() == Some(node))
+                    .map(|(_, a)| a)
             };
-            match entry.circuit.record(!failed, probe, now) {
-                Some(Change::Opened) => {
-                    entry.gauge.set(1.0);
-                    tracing::warn!(
-                        node = %node,
-                        failures = self.options.failures,
-                        cooldown = ?self.options.cooldown,
-                        "store node failing: circuit breaker opened; its limits are answered by their failure_mode until a probe succeeds"
-                    );
-                }
-                Some(Change::Closed) => {
-                    entry.gauge.set(0.0);
-                    // At warn, as the opening: the original's default log
-                    // level is warn, and the operator who saw one must see
-                    // the other.
-                    tracing::warn!(node = %node, "store node answering again: circuit breaker closed");
-                }
-                None => {}
+            // Nothing of it was sent: the caller's deadline had passed.
+            if mine().all(|a| a.as_ref().is_err_and(|e| e.kind == StoreErrorKind::Expired)) {
+                continue;
             }
+            let failed = mine().any(|a| a.as_ref().is_err_and(node_failed));
+            self.circuits
+                .settle(node, |c| c.record(!failed, probe, now));
         }
+    }
+}
+
+/// A call on its way to its nodes, with their admissions: if dropped
+/// before it is answered (its caller went away) and `expires` is set, it
+/// has each node it was sent to check, at the instant the call would have
+/// timed out, whether that node answered anything since.
+struct InFlight {
+    circuits: Arc<Circuits>,
+    admitted: Vec<(NodeId, Admit)>,
+    sent: Duration,
+    expires: Option<Instant>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let Some(expires) = self.expires else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (circuits, sent) = (Arc::clone(&self.circuits), self.sent);
+        let admitted = std::mem::take(&mut self.admitted);
+        runtime.spawn(async move {
+            tokio::time::sleep_until(expires).await;
+            let now = circuits.now();
+            for (node, admit) in &admitted {
+                let probe = match admit {
+                    Admit::Send => false,
+                    Admit::Probe => true,
+                    Admit::Refuse { .. } => continue,
+                };
+                circuits.settle(node, |c| c.record_abandoned(sent, probe, now));
+            }
+        });
     }
 }
 
@@ -166,6 +252,19 @@ impl<S: Store> Store for Breaker<S> {
             })
         };
         let refused: Vec<Option<StoreError>> = nodes.iter().map(refusal).collect();
+        let start = self.abandoned_after.map(|timeout| {
+            let now = Instant::now();
+            let own = now + timeout;
+            (now, deadline.map_or(own, |d| d.min(own)))
+        });
+        let mut call = InFlight {
+            circuits: Arc::clone(&self.circuits),
+            sent: start.map_or(Duration::ZERO, |(now, _)| {
+                now.saturating_duration_since(self.circuits.origin)
+            }),
+            expires: start.map(|(_, expires)| expires),
+            admitted,
+        };
         let reply = if refused.iter().all(Option::is_none) {
             self.inner.execute(work, deadline).await
         } else {
@@ -196,7 +295,131 @@ impl<S: Store> Store for Breaker<S> {
                 .collect();
             Reply { answers, committed }
         };
-        self.record(&admitted, &nodes, &reply);
+        // Answered: recorded now, not at its deadline.
+        call.expires = None;
+        self.record(&call.admitted, &nodes, &reply);
         reply
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resilience::testing::{work_on, Behaviour, Scripted};
+    use crate::resilience::Deadline;
+
+    const MS: Duration = Duration::from_millis(1);
+    const OPTIONS: BreakerOptions = BreakerOptions {
+        failures: 3,
+        cooldown: Duration::from_secs(1),
+    };
+
+    /// A breaker over a deadline of 50 ms over the scripted store.
+    fn breaker() -> (Breaker<Deadline<Scripted>>, Scripted) {
+        let store = Scripted::new();
+        let b = Breaker::new(Deadline::new(store.clone(), 50 * MS), OPTIONS)
+            .counting_abandoned(50 * MS);
+        (b, store)
+    }
+
+    fn kind(reply: &Reply) -> Option<StoreErrorKind> {
+        reply.answers[0].as_ref().err().map(|e| e.kind)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn consecutive_timeouts_open_the_circuit_and_then_nothing_is_sent() {
+        let (b, store) = breaker();
+        store.set(Behaviour::Hang);
+        for _ in 0..3 {
+            let r = b.execute(&work_on("n", 5), None).await;
+            assert_eq!(kind(&r), Some(StoreErrorKind::Timeout));
+        }
+        let t0 = Instant::now();
+        let r = b.execute(&work_on("n", 5), None).await;
+        assert_eq!(kind(&r), Some(StoreErrorKind::CircuitOpen));
+        assert_eq!(t0.elapsed(), Duration::ZERO, "refused at once");
+        assert_eq!(store.calls(), 3);
+        // After the cooldown one probe goes; its answer closes the circuit.
+        store.set(Behaviour::Answer);
+        tokio::time::advance(OPTIONS.cooldown).await;
+        assert_eq!(kind(&b.execute(&work_on("n", 5), None).await), None);
+        assert!(!b.is_open(&NodeId::new("n")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hanging_node_opens_even_when_every_caller_gives_up_first() {
+        let (b, store) = breaker();
+        store.set(Behaviour::Hang);
+        // Each caller stops waiting at 20 ms, before the store's 50 ms.
+        for _ in 0..3 {
+            let gave_up = tokio::time::timeout(20 * MS, b.execute(&work_on("n", 5), None)).await;
+            assert!(gave_up.is_err());
+        }
+        assert!(!b.is_open(&NodeId::new("n")), "counted at their deadlines");
+        tokio::time::sleep(40 * MS).await;
+        assert!(b.is_open(&NodeId::new("n")));
+        let r = b.execute(&work_on("n", 5), None).await;
+        assert_eq!(kind(&r), Some(StoreErrorKind::CircuitOpen));
+        assert_eq!(store.calls(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_abandoned_call_does_not_count_when_the_node_answers_a_later_one() {
+        let store = Scripted::new();
+        let b = Breaker::new(
+            Deadline::new(store.clone(), 50 * MS),
+            BreakerOptions {
+                failures: 1,
+                ..OPTIONS
+            },
+        )
+        .counting_abandoned(50 * MS);
+        store.set(Behaviour::Hang);
+        let gave_up = tokio::time::timeout(20 * MS, b.execute(&work_on("n", 5), None)).await;
+        assert!(gave_up.is_err());
+        store.set(Behaviour::Answer);
+        assert_eq!(kind(&b.execute(&work_on("n", 5), None).await), None);
+        tokio::time::sleep(100 * MS).await;
+        assert!(!b.is_open(&NodeId::new("n")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn items_never_sent_for_want_of_time_count_for_no_node() {
+        let store = Scripted::new();
+        let b = Breaker::new(
+            Deadline::new(store.clone(), 50 * MS),
+            BreakerOptions {
+                failures: 1,
+                ..OPTIONS
+            },
+        );
+        for _ in 0..5 {
+            let r = b.execute(&work_on("n", 5), Some(Instant::now())).await;
+            assert_eq!(kind(&r), Some(StoreErrorKind::Expired));
+        }
+        assert!(!b.is_open(&NodeId::new("n")));
+        assert_eq!(store.calls(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_connection_counts_and_an_answer_resets_the_count() {
+        let (b, store) = breaker();
+        store.set(Behaviour::Refuse);
+        b.execute(&work_on("n", 5), None).await;
+        b.execute(&work_on("n", 5), None).await;
+        store.set(Behaviour::Answer);
+        b.execute(&work_on("n", 5), None).await;
+        store.set(Behaviour::Refuse);
+        b.execute(&work_on("n", 5), None).await;
+        b.execute(&work_on("n", 5), None).await;
+        assert!(
+            !b.is_open(&NodeId::new("n")),
+            "failures must be consecutive"
+        );
+        b.execute(&work_on("n", 5), None).await;
+        assert!(b.is_open(&NodeId::new("n")));
+        // Another node is not touched.
+        store.set(Behaviour::Answer);
+        assert_eq!(kind(&b.execute(&work_on("m", 5), None).await), None);
     }
 }

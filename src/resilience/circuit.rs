@@ -18,7 +18,11 @@
 //!   cooldown, so the circuit cannot stay stuck half-open;
 //! - only the probe's outcome moves a probing circuit: late answers of
 //!   calls sent before the circuit opened are ignored;
-//! - a success while closed resets the count: failures must be consecutive.
+//! - a success while closed resets the count: failures must be consecutive;
+//! - a call whose caller went away before its answer counts as a failure at
+//!   the instant it would have timed out, unless the node answered a call
+//!   sent at or after it in the meantime ([`Circuit::record_abandoned`]):
+//!   callers that give up first cannot keep a dead node's circuit closed.
 
 use std::time::Duration;
 
@@ -59,6 +63,8 @@ pub struct Circuit {
     threshold: u32,
     cooldown: Duration,
     state: State,
+    /// When the node last answered a call.
+    last_success: Option<Duration>,
 }
 
 impl Circuit {
@@ -69,6 +75,7 @@ impl Circuit {
             threshold: threshold.max(1),
             cooldown,
             state: State::Closed { failures: 0 },
+            last_success: None,
         }
     }
 
@@ -96,6 +103,9 @@ impl Circuit {
     /// Records the outcome of a request that [`Circuit::admit`] let through
     /// (`probe`: it was admitted as the probe).
     pub fn record(&mut self, success: bool, probe: bool, now: Duration) -> Option<Change> {
+        if success {
+            self.last_success = Some(now);
+        }
         match (self.state, success) {
             (State::Closed { .. }, true) => {
                 self.state = State::Closed { failures: 0 };
@@ -126,6 +136,21 @@ impl Circuit {
             // Late answers of calls sent before the circuit opened.
             _ => None,
         }
+    }
+
+    /// Records, at `now` (when it would have timed out), a call sent at
+    /// `sent` whose caller stopped waiting before it was answered: a
+    /// failure, unless the node answered some call at or after `sent`.
+    pub fn record_abandoned(
+        &mut self,
+        sent: Duration,
+        probe: bool,
+        now: Duration,
+    ) -> Option<Change> {
+        if self.last_success.is_some_and(|at| at >= sent) {
+            return None;
+        }
+        self.record(false, probe, now)
     }
 
     /// Whether requests are being held back (open or probing).
@@ -166,6 +191,37 @@ mod tests {
             c.admit(ms(505)),
             Admit::Refuse {
                 retry_after: ms(500)
+            }
+        );
+    }
+
+    #[test]
+    fn an_abandoned_call_fails_unless_the_node_answered_since_it_was_sent() {
+        let mut c = Circuit::new(2, COOLDOWN);
+        assert_eq!(c.record(true, false, ms(10)), None);
+        // Sent at 5, before the success at 10: the node answers.
+        assert_eq!(c.record_abandoned(ms(5), false, ms(55)), None);
+        assert_eq!(c.record_abandoned(ms(10), false, ms(60)), None);
+        assert!(!c.is_open());
+        // Sent after the last success, and nothing answered since.
+        assert_eq!(c.record_abandoned(ms(20), false, ms(70)), None);
+        assert_eq!(
+            c.record_abandoned(ms(21), false, ms(71)),
+            Some(Change::Opened)
+        );
+        assert!(c.is_open());
+    }
+
+    #[test]
+    fn an_abandoned_probe_reopens_the_circuit() {
+        let mut c = Circuit::new(1, COOLDOWN);
+        assert_eq!(c.record(false, false, ms(0)), Some(Change::Opened));
+        assert_eq!(c.admit(ms(1_000)), Admit::Probe);
+        assert_eq!(c.record_abandoned(ms(1_000), true, ms(1_050)), None);
+        assert_eq!(
+            c.admit(ms(1_100)),
+            Admit::Refuse {
+                retry_after: ms(950)
             }
         );
     }

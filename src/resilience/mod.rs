@@ -12,8 +12,9 @@
 //!   is answered by the rule's policy for the request's own cost);
 //! - [`Breaker`]: a [`circuit::Circuit`] per store node, named in each item;
 //!   an open one sends nothing and fails its items at once;
-//! - [`Deadline`]: `STORE_TIMEOUT` on every call, the request's one
-//!   deadline.
+//! - [`Deadline`]: `STORE_TIMEOUT` on every call, or the caller's own
+//!   deadline (`grpc-timeout` less a margin) when that comes first: the
+//!   request's one deadline.
 //!
 //! The memory store has nothing to fail and is not wrapped.
 //!
@@ -24,6 +25,8 @@ pub mod circuit;
 pub mod deadline;
 pub mod fallback;
 pub mod leases;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,7 +60,7 @@ pub fn wrap<S: Store + 'static>(
 ) -> Wrapped {
     let timed = Deadline::new(store, options.timeout);
     let guarded: Arc<dyn Store> = match options.breaker {
-        Some(b) => Arc::new(Breaker::new(timed, b)),
+        Some(b) => Arc::new(Breaker::new(timed, b).counting_abandoned(options.timeout)),
         None => Arc::new(timed),
     };
     let leased = Arc::new(Leases::new(guarded, leases, Arc::clone(&clock)));

@@ -461,6 +461,9 @@ pub enum StoreErrorKind {
     Timeout,
     /// The node's breaker is open: nothing was sent.
     CircuitOpen,
+    /// The caller's deadline left too little time to ask the store, so
+    /// nothing was sent: not a failure of any node.
+    Expired,
     /// The store answered with an error (e.g. `WRONGTYPE`).
     Rejected,
 }

@@ -3,9 +3,15 @@
 //! A hand-written tonic service (rather than the generated server) so that
 //! requests decode through [`codec::RlsCodec`]: a malformed request is
 //! INVALID_ARGUMENT, never INTERNAL and never a panic.
+//!
+//! A call that carries `grpc-timeout` (Envoy sends its filter's `timeout`)
+//! has its store step end before it, less the margin of
+//! [`crate::resilience::deadline::caller_margin`], so the caller hears each
+//! rule's failure policy instead of timing out.
 
 pub mod codec;
 pub mod convert;
+pub mod timeout;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -44,17 +50,18 @@ impl NamedService for RlsServer {
     const NAME: &'static str = "envoy.service.ratelimit.v3.RateLimitService";
 }
 
-struct ShouldRateLimit(Arc<Engine>);
+/// One call: the engine, and when the call's store step must end.
+struct ShouldRateLimit(Arc<Engine>, Option<tokio::time::Instant>);
 
 impl UnaryService<pb::RateLimitRequest> for ShouldRateLimit {
     type Response = pb::RateLimitResponse;
     type Future = BoxFuture<tonic::Response<Self::Response>, tonic::Status>;
 
     fn call(&mut self, request: tonic::Request<pb::RateLimitRequest>) -> Self::Future {
-        let engine = Arc::clone(&self.0);
+        let (engine, deadline) = (Arc::clone(&self.0), self.1);
         Box::pin(async move {
             let request = RateLimitRequest::from(request.into_inner());
-            let decided = engine.should_rate_limit(&request);
+            let decided = engine.should_rate_limit_by(&request, deadline);
             let decided = if crate::telemetry::enabled() {
                 use tracing::Instrument;
                 let span = tracing::info_span!(
@@ -101,7 +108,9 @@ where
                 Ok(response)
             });
         }
-        let method = ShouldRateLimit(Arc::clone(&self.engine));
+        let deadline = timeout::grpc_timeout(req.headers())
+            .map(|t| crate::resilience::deadline::caller_deadline(tokio::time::Instant::now(), t));
+        let method = ShouldRateLimit(Arc::clone(&self.engine), deadline);
         let max = self.max_decoding_message_size;
         let span = crate::telemetry::enabled()
             .then(|| crate::telemetry::server_span(&SHOULD_RATE_LIMIT_PATH[1..], req.headers()));

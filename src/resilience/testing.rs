@@ -1,0 +1,83 @@
+//! A store for the layers' own tests: it counts the calls that reach it
+//! and, as told, answers (from a memory store), fails, or hangs until it is
+//! cut. Each layer's rule is tested on it, as tower-test's mock serves
+//! tower's layers.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use crate::limiter::fixed_window::Window;
+use crate::limiter::ManualClock;
+use crate::store::{
+    Item, Limit, MemoryStore, NodeId, OriginalWindow, Reply, Store, StoreError, StoreErrorKind,
+    Work,
+};
+
+/// What the store does with the next calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Behaviour {
+    /// Decides them in memory.
+    Answer = 0,
+    /// Fails every item as unavailable (a refused connection).
+    Refuse = 1,
+    /// Never answers: the caller's deadline, or its going away, ends it.
+    Hang = 2,
+}
+
+/// The scripted store; clones share the state.
+#[derive(Debug, Clone)]
+pub(crate) struct Scripted {
+    memory: Arc<MemoryStore>,
+    behaviour: Arc<AtomicU8>,
+    calls: Arc<AtomicU64>,
+}
+
+impl Scripted {
+    pub(crate) fn new() -> Scripted {
+        Scripted {
+            memory: Arc::new(MemoryStore::new(Arc::new(ManualClock::at_secs(1_000_000)))),
+            behaviour: Arc::new(AtomicU8::new(Behaviour::Answer as u8)),
+            calls: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    pub(crate) fn set(&self, b: Behaviour) {
+        self.behaviour.store(b as u8, Ordering::SeqCst);
+    }
+
+    /// Calls that reached the store.
+    pub(crate) fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl Store for Scripted {
+    async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        match self.behaviour.load(Ordering::SeqCst) {
+            0 => self.memory.execute(work, deadline).await,
+            1 => Reply::failed(
+                work.len(),
+                &StoreError::new(StoreErrorKind::Unavailable, "connection refused"),
+            ),
+            _ => std::future::pending().await,
+        }
+    }
+}
+
+/// A work of one original window of `limit` a minute on `node`.
+pub(crate) fn work_on(node: &str, limit: u64) -> Work {
+    let window = OriginalWindow {
+        limit,
+        window: Window::containing(1_000_000, 60),
+        ttl_seconds: 60,
+        jitter_seconds: 0,
+    };
+    let mut item = Item::new("k", Limit::Window(window), 1);
+    item.node = Some(NodeId::new(node));
+    Work::new(vec![item], crate::store::Policy::Commit)
+}
