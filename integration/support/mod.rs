@@ -8,6 +8,7 @@
 pub mod accuracy;
 pub mod certs;
 pub mod dns;
+pub mod envoy;
 pub mod envoy_quota;
 pub mod memcached;
 pub mod otlp;
@@ -240,11 +241,26 @@ impl HttpResponse {
 /// limit) and close: a failed body write or a reset after the answer is
 /// not an error here, the answer is what counts.
 pub fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> HttpResponse {
+    http_with(addr, method, path, &[], body)
+}
+
+/// [`http`] with extra request headers.
+pub fn http_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> HttpResponse {
     let mut s = TcpStream::connect(addr).expect("http connect");
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     s.write_all(head.as_bytes()).expect("write head");
