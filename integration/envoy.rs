@@ -402,5 +402,31 @@ fn with_redis_paused_each_rules_failure_mode_holds_behind_a_default_envoy() {
     println!("Redis deciding again {back:?} after SIGCONT");
     // And it counts: the closed rule is decided on Redis again.
     assert_eq!(allow.get("/closed", &[]).status, 200);
+
+    // Redis killed: refused connections fail at once, the same policies.
     redis.kill();
+    let (closed, closed_slowest) = outcome(&allow, "/closed", 20);
+    let (open, _) = outcome(&allow, "/open", 20);
+    let (plain, _) = outcome(&allow, "/plain", 20);
+    let (plain_deny, _) = outcome(&deny, "/plain", 20);
+    println!("killed Redis, through Envoy (admitted, 429, 500):");
+    println!("  failure_mode: closed            {closed:?} (slowest {closed_slowest:?})");
+    println!("  failure_mode: open, floor 3/min {open:?}");
+    println!("  no mode, failure_mode_deny false {plain:?}");
+    println!("  no mode, failure_mode_deny true  {plain_deny:?}");
+    assert_eq!(closed, [0, 20, 0], "closed, Redis killed");
+    assert!(
+        open[0] <= 3 && open[0] + open[1] == 20,
+        "open, Redis killed: {open:?}"
+    );
+    assert_eq!(plain, [20, 0, 0]);
+    assert_eq!(plain_deny, [0, 0, 20]);
+
+    // The service itself gone: every rule is Envoy's failure_mode_deny.
+    drop(svc);
+    let (closed, _) = outcome(&allow, "/closed", 5);
+    let (closed_deny, _) = outcome(&deny, "/closed", 5);
+    println!("ratelimit killed: closed rule behind failure_mode_deny false {closed:?}, true {closed_deny:?}");
+    assert_eq!(closed, [5, 0, 0]);
+    assert_eq!(closed_deny, [0, 0, 5]);
 }

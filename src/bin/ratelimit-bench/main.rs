@@ -50,10 +50,12 @@ macro_rules! out {
 
 mod chart;
 mod grpc;
+mod http1;
 mod keys;
 mod noop;
 mod threads;
 use grpc::GrpcConnection;
+use http1::HttpSlot;
 use keys::KeyDist;
 use noop::{noop_command, parse_noop, NoopChild};
 use threads::LoadThreads;
@@ -101,6 +103,12 @@ LOAD OPTIONS (run, compare):
                           zipf:K:S     v0 .. v{K-1}, rank r with weight
                                        1/(r+1)^S (K at most 10000000)
   --hits-addend H       request hits_addend (default 0, as Envoy sends)
+  --http PATH           run only: load an HTTP/1.1 server (a proxy such as Envoy in
+                        front of the service) with `GET PATH` instead of
+                        ShouldRateLimit; 200 counts as OK, 429 as OVER_LIMIT, any
+                        other status as another code. HTTP/1.1 has one request in
+                        flight per connection, so each in-flight slot opens its own
+                        connection (connections x concurrency of them)
   --seed S              random seed (default 1)
   --rounds R            compare only: R rounds of (noop, target), the order
                         alternating each round; the report sums them (default 1)
@@ -259,6 +267,8 @@ struct LoadConfig {
     rounds: u32,
     /// `--svg FILE` (run only): the run over time as a chart.
     svg: Option<std::path::PathBuf>,
+    /// `--http PATH` (run only): `GET PATH` over HTTP/1.1 instead of gRPC.
+    http: Option<String>,
 }
 
 fn load_flags(command: &'static str) -> FlagSet {
@@ -281,6 +291,7 @@ fn load_flags(command: &'static str) -> FlagSet {
             string_flag("seed", "1"),
             string_flag("rounds", "1"),
             string_flag("svg", ""),
+            string_flag("http", ""),
         ],
     )
 }
@@ -375,7 +386,14 @@ fn parse_load(args: &[String], command: &'static str) -> Result<LoadConfig, Fail
         svg: Some(get("svg"))
             .filter(|f| !f.is_empty())
             .map(std::path::PathBuf::from),
+        http: Some(get("http")).filter(|p| !p.is_empty()),
     };
+    if config.http.is_some() && command == "compare" {
+        return Err(Failure::Usage(
+            "--http loads a proxy: use it with run (compare loads a no-op rate limit service)"
+                .into(),
+        ));
+    }
     if (config.warmup + config.duration) * config.rounds > MAX_DURATION {
         return Err(Failure::Usage(
             "--rounds x (--warmup + --duration) is at most 1h".into(),
@@ -468,8 +486,39 @@ fn build_request(config: &LoadConfig, rng: &mut SmallRng) -> RateLimitRequest {
 /// The run over time (`--svg`), shared by the workers.
 type SharedTimeline = Option<Arc<std::sync::Mutex<chart::Timeline>>>;
 
+/// What a worker sends on: a clone of a gRPC connection (HTTP/2, shared),
+/// or an HTTP/1.1 slot of its own.
+#[derive(Clone)]
+enum Client {
+    Grpc(GrpcConnection),
+    Http(HttpSlot),
+}
+
+impl Client {
+    /// One request: its overall code (an HTTP status read as one), or the
+    /// error's kind.
+    async fn call(&mut self, config: &LoadConfig, rng: &mut SmallRng) -> Result<Code, String> {
+        match self {
+            Client::Grpc(c) => {
+                let request = build_request(config, rng);
+                let response = c.should_rate_limit(&request).await.map_err(|e| {
+                    let mut message = e.to_string();
+                    message.truncate(120);
+                    message
+                })?;
+                Ok(Code::try_from(response.overall_code).unwrap_or(Code::Unknown))
+            }
+            Client::Http(slot) => Ok(match slot.get(config.timeout).await? {
+                200 => Code::Ok,
+                429 => Code::OverLimit,
+                _ => Code::Unknown,
+            }),
+        }
+    }
+}
+
 async fn worker(
-    mut client: GrpcConnection,
+    mut client: Client,
     config: Arc<LoadConfig>,
     schedule: Schedule,
     pacer: Option<Arc<Pacer>>,
@@ -503,8 +552,7 @@ async fn worker(
         if due >= schedule.end {
             break;
         }
-        let request = build_request(&config, &mut rng);
-        let result = tokio::time::timeout(config.timeout, client.should_rate_limit(&request)).await;
+        let result = tokio::time::timeout(config.timeout, client.call(&config, &mut rng)).await;
         let done = Instant::now();
         if due < schedule.measure_from {
             continue;
@@ -521,21 +569,17 @@ async fn worker(
             }
         }
         match result {
-            Ok(Ok(response)) => {
+            Ok(Ok(code)) => {
                 let micros =
                     u64::try_from(done.duration_since(from).as_micros()).unwrap_or(u64::MAX);
                 tally.latency.saturating_record(micros.max(1));
-                match Code::try_from(response.overall_code) {
-                    Ok(Code::Ok) => tally.ok += 1,
-                    Ok(Code::OverLimit) => tally.over_limit += 1,
+                match code {
+                    Code::Ok => tally.ok += 1,
+                    Code::OverLimit => tally.over_limit += 1,
                     _ => tally.other_code += 1,
                 }
             }
-            Ok(Err(e)) => {
-                let mut message = e.to_string();
-                message.truncate(120);
-                tally.error(message);
-            }
+            Ok(Err(e)) => tally.error(e),
             Err(_) => tally.error("timeout".into()),
         }
     }
@@ -575,6 +619,7 @@ impl Report {
         let t = &self.tally;
         serde_json::json!({
             "target": c.target,
+            "http": c.http,
             "connections": c.connections,
             "threads": c.threads,
             "concurrency": c.concurrency,
@@ -669,21 +714,35 @@ fn authority(target: &str) -> Result<&str, Failure> {
 }
 
 /// Opens `config.connections` HTTP/2 connections to the target, connection
-/// `i` on the load thread that will drive its slots.
-async fn connect(
-    config: &LoadConfig,
-    threads: &LoadThreads,
-) -> Result<Vec<GrpcConnection>, Failure> {
-    let authority = authority(&config.target)?;
+/// `i` on the load thread that will drive its slots; with `--http`, one
+/// HTTP/1.1 slot per connection, which each of its in-flight slots clones
+/// into a connection of its own.
+async fn connect(config: &LoadConfig, threads: &LoadThreads) -> Result<Vec<Client>, Failure> {
+    let authority = authority(&config.target)?.to_string();
     let mut connections = Vec::with_capacity(config.connections);
     for i in 0..config.connections {
-        let connection = threads
-            .for_connection(i)
-            .spawn(GrpcConnection::connect(
-                authority.to_string(),
-                Duration::from_secs(5),
-            ))
-            .await
+        let connected = match &config.http {
+            None => threads
+                .for_connection(i)
+                .spawn(GrpcConnection::connect(
+                    authority.clone(),
+                    Duration::from_secs(5),
+                ))
+                .await
+                .map(|c| c.map(Client::Grpc)),
+            Some(path) => {
+                let (authority, path) = (authority.clone(), path.clone());
+                threads
+                    .for_connection(i)
+                    .spawn(async move {
+                        HttpSlot::connect(&authority, &path, Duration::from_secs(5))
+                            .await
+                            .map(Client::Http)
+                    })
+                    .await
+            }
+        };
+        let connection = connected
             .map_err(|e| Failure::Fatal(format!("load thread failed: {e}")))?
             .map_err(Failure::Fatal)?;
         connections.push(connection);
@@ -694,7 +753,7 @@ async fn connect(
 async fn load(
     label: &'static str,
     config: &LoadConfig,
-    connections: Vec<GrpcConnection>,
+    connections: Vec<Client>,
     threads: &LoadThreads,
 ) -> Result<Report, Failure> {
     let config = Arc::new(config.clone());
@@ -888,6 +947,21 @@ mod tests {
         assert!(parse_duration("10x").is_err());
         assert!(parse_duration("").is_err());
         assert!(parse_duration("-1").is_err());
+    }
+
+    #[test]
+    fn http_mode_is_for_run_only() {
+        let args: Vec<String> = ["--http", "/limited", "--target", "127.0.0.1:10000"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let c = parse_load(&args, "run").expect("valid");
+        assert_eq!(c.http.as_deref(), Some("/limited"));
+        assert!(parse_load(&[], "run").expect("valid").http.is_none());
+        assert!(matches!(
+            parse_load(&args, "compare"),
+            Err(Failure::Usage(_))
+        ));
     }
 
     #[test]
