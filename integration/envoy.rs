@@ -142,6 +142,9 @@ fn algorithms_and_budget(env: &[(&str, String)]) {
     }
     let refused = envoy.get("/budget", &[]);
     assert_eq!(refused.status, 429, "the fifth: 120 of 100 used");
+    // Envoy's stream-done call of the refused request carries no cost: its
+    // 429 has no x-tokens header. Given the time to land, nothing lands.
+    std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
         svc.stat("ratelimit.service.rate_limit.envoy.rule_budget.total_hits"),
         120,
@@ -338,17 +341,27 @@ fn with_redis_paused_each_rules_failure_mode_holds_behind_a_default_envoy() {
     }));
     wait_for_fresh_window(60, 20);
     // Warm: connections to the service open, each rule decided on Redis.
+    // A first call can outlast Envoy's 20 ms on a loaded machine (the
+    // connection is set up in it), so each is tried until the service
+    // decided it (Envoy's `ratelimit.ok` moved), at most 20 times.
+    let ok_stat = "cluster.backend.ratelimit.ok";
     for envoy in [&allow, &deny] {
         for r in ["closed", "open", "plain"] {
-            assert_eq!(envoy.get(&format!("/{r}"), &[]).status, 200);
+            let decided = (0..20).any(|_| {
+                let before = envoy.stat(ok_stat);
+                envoy.get(&format!("/{r}"), &[]).status == 200 && envoy.stat(ok_stat) > before
+            });
+            assert!(decided, "/{r} is decided by the service while Redis runs");
         }
     }
+    // What Envoy's own failure mode admitted from here on.
     let allowed_stat = "cluster.backend.ratelimit.failure_mode_allowed";
-    assert_eq!(allow.stat(allowed_stat), 0);
+    let allowed_at_start = allow.stat(allowed_stat);
+    let allowed = || allow.stat(allowed_stat) - allowed_at_start;
 
     redis.pause();
     let (closed, closed_slowest) = outcome(&allow, "/closed", 20);
-    let allowed_before_plain = allow.stat(allowed_stat);
+    let allowed_before_plain = allowed();
     let (open, _) = outcome(&allow, "/open", 20);
     let (plain, _) = outcome(&allow, "/plain", 20);
     let (plain_deny, _) = outcome(&deny, "/plain", 20);
@@ -371,7 +384,7 @@ fn with_redis_paused_each_rules_failure_mode_holds_behind_a_default_envoy() {
         [20, 0, 0],
         "no mode: Envoy's failure_mode_deny (false) admits"
     );
-    assert_eq!(allow.stat(allowed_stat), 20, "and counts it");
+    assert_eq!(allowed(), 20, "and counts it");
     assert_eq!(
         plain_deny,
         [0, 0, 20],
@@ -388,7 +401,6 @@ fn with_redis_paused_each_rules_failure_mode_holds_behind_a_default_envoy() {
 
     redis.resume();
     let resumed = Instant::now();
-    let ok_stat = "cluster.backend.ratelimit.ok";
     let decided = allow.stat(ok_stat);
     let mut back = None;
     while resumed.elapsed() < Duration::from_secs(5) {

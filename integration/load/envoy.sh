@@ -7,21 +7,26 @@
 #   - redis:  ratelimit on a single Redis,
 #   - rlqs:   Envoy's rate limit quota filter, reporting to ratelimit (the
 #             decision is Envoy's own, from its assignment),
-# each filter on Envoy's defaults (a 20 ms timeout). Each row is measured
-# in every round, the order rotating; the added latency of a row is its p50
-# and p99 less the unfiltered route's in the same round.
+# each filter on Envoy's defaults (a 20 ms timeout). In each round every
+# row runs at once, each at its share of RPS, so that a noisy spell of the
+# shared machine hits them alike; the added latency of a row is its p50 and
+# p99 less the unfiltered route's in the same round, and the table gives
+# the median over the rounds.
 #
 # Usage: integration/load/envoy.sh [DURATION] [ROUNDS]
-#   DURATION  measured time per row and round (default 10s), after 2 s warm-up
-#   ROUNDS    rounds (default 2)
+#   DURATION  measured time per row and round (default 5s), after 2 s warm-up
+#   ROUNDS    rounds (default 6)
 # Environment: RPS (default 2000), IN_FLIGHT (HTTP/1.1 connections to
 # Envoy, default 32), RATELIMIT_TEST_ENVOY (default: the test cache's Envoy,
-# which scripts/test.sh installs).
+# which scripts/test.sh installs), ROWS (default "plain noop memory redis
+# rlqs"; plain is required), SERVICE_ENV (extra NAME=value settings of both
+# services), ENVOY_PREFIX and LOAD_PREFIX (a command prefix for Envoy and
+# the load client, e.g. "taskset -c 0").
 # Everything listens on 127.0.0.1 and stops with the script.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-duration=${1:-10s}
-rounds=${2:-2}
+duration=${1:-5s}
+rounds=${2:-6}
 rps=${RPS:-2000}
 in_flight=${IN_FLIGHT:-32}
 cache=${RATELIMIT_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ratelimit-test}
@@ -214,27 +219,37 @@ curl -sf "http://$admin/ready" >/dev/null || { cat "$work/envoy.log" >&2; exit 1
 curl -s "http://$admin/listeners" >"$work/listeners"
 port_of() { sed -n "s/^$1::127.0.0.1:\([0-9]*\)$/\1/p" "$work/listeners"; }
 
-echo "$("$envoy" --version | grep -o 'version: .*'); $rps req/s, $in_flight connections, $duration x $rounds rounds" >&2
 read -r -a rows <<<"${ROWS:-plain noop memory redis rlqs}"
 : >"$work/results"
+row_rps=$(( rps / ${#rows[@]} ))
+echo "$("$envoy" --version | grep -o 'version: .*'); $rps req/s in all ($row_rps a row), $in_flight connections a row, $duration x $rounds rounds" >&2
 for round in $(seq "$rounds"); do
-    # Rotate the order each round, so a drift of the machine hits every row.
-    shift_by=$(( (round - 1) % ${#rows[@]} ))
-    order=("${rows[@]:$shift_by}" "${rows[@]:0:$shift_by}")
-    for row in "${order[@]}"; do
+    # Every row at once, each at its share of the rate, so that a noisy
+    # spell of the shared machine hits every row alike.
+    bench_pids=()
+    for row in "${rows[@]}"; do
         # shellcheck disable=SC2086 # LOAD_PREFIX: e.g. "taskset -c 1"
-        out=$(${LOAD_PREFIX:-} "$bench" run --http / --target "127.0.0.1:$(port_of "$row")" --rps "$rps" \
+        ${LOAD_PREFIX:-} "$bench" run --http / --target "127.0.0.1:$(port_of "$row")" --rps "$row_rps" \
             --connections 1 --concurrency "$in_flight" --threads 1 \
-            --duration "$duration" --warmup 2s --timeout 2s | tail -1)
+            --duration "$duration" --warmup 2s --timeout 2s >"$work/$row.out" 2>&1 &
+        bench_pids+=($!)
+    done
+    for p in "${bench_pids[@]}"; do wait "$p"; done
+    for row in "${rows[@]}"; do
+        out=$(tail -1 "$work/$row.out")
         echo "$round $row $out" >>"$work/results"
         echo "round $round $row: $(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("p50 %(p50_us)s us, p99 %(p99_us)s us, ok %(ok)s, 429 %(over_limit)s, errors %(errors)s" % r)' "$out")" >&2
     done
 done
-stat() { curl -s "http://$admin/stats" | awk -F': ' -v n="$1" '$1 == n {print $2}'; }
+stat() { curl -s "http://$admin/stats" | awk -F': ' -v n="$1" '$1 == n {v = $2} END {print v + 0}'; }
 echo "Envoy's rate limit filters (all rows): ok $(stat cluster.backend.ratelimit.ok), over_limit $(stat cluster.backend.ratelimit.over_limit), error $(stat cluster.backend.ratelimit.error)" >&2
+for rls in noop memory redis; do
+    # A call past the filter's 20 ms is Envoy's error (and admitted).
+    echo "  calls to $rls: $(stat "cluster.rls_$rls.upstream_rq_total"), past Envoy's timeout $(stat "cluster.rls_$rls.upstream_rq_timeout")" >&2
+done
 
 python3 - "$work/results" <<'PY'
-import json, sys
+import json, statistics, sys
 by = {}
 for line in open(sys.argv[1]):
     rnd, row, js = line.split(" ", 2)
@@ -242,21 +257,24 @@ for line in open(sys.argv[1]):
 rounds = sorted(by["plain"])
 def added(row, q):
     return [(by[row][r][q] - by["plain"][r][q]) / 1000 for r in rounds]
-def span(v):
-    lo, hi = min(v), max(v)
-    return f"{lo:+.2f}" if abs(hi - lo) < 0.005 else f"{lo:+.2f} to {hi:+.2f}"
+def cell(v):
+    # The median over the rounds (a noisy spell of the shared machine spoils
+    # one round, not the figure), then the range.
+    return f"{statistics.median(v):+.2f} ({min(v):+.2f} to {max(v):+.2f})"
 plain50 = [by["plain"][r]["p50_us"] / 1000 for r in rounds]
 plain99 = [by["plain"][r]["p99_us"] / 1000 for r in rounds]
+print(f"{len(rounds)} rounds; each cell: the median over the rounds (the range)")
 print(f"| row | added at p50 (ms) | added at p99 (ms) | errors |")
 print(f"|---|---|---|---|")
-print(f"| no filter (p50 {min(plain50):.2f}-{max(plain50):.2f}, p99 {min(plain99):.2f}-{max(plain99):.2f} ms) | 0 | 0 | {sum(by['plain'][r]['errors'] for r in rounds)} |")
+print(f"| no filter: p50 {statistics.median(plain50):.2f}, p99 {statistics.median(plain99):.2f} ms | 0 | 0 | {sum(by['plain'][r]['errors'] for r in rounds)} |")
 names = {"noop": "no-op RLS", "memory": "ours, memory", "redis": "ours, Redis", "rlqs": "ours, RLQS"}
 for row in [r for r in ["noop", "memory", "redis", "rlqs"] if r in by]:
     errors = sum(by[row][r]["errors"] + by[row][r]["other_code"] for r in rounds)
-    print(f"| {names[row]} | {span(added(row, 'p50_us'))} | {span(added(row, 'p99_us'))} | {errors} |")
-noop99 = sum(added("noop", "p99_us")) if "noop" in by else 0
-for row in [r for r in ["memory", "redis"] if r in by and noop99]:
-    ours = sum(added(row, "p99_us"))
-    ratio = ours / noop99 if noop99 > 0 else float("inf")
-    print(f"{names[row]}: added p99 {ratio:.2f}x the no-op's (sums over the rounds)")
+    print(f"| {names[row]} | {cell(added(row, 'p50_us'))} | {cell(added(row, 'p99_us'))} | {errors} |")
+if "noop" in by:
+    noop99 = statistics.median(added("noop", "p99_us"))
+    for row in [r for r in ["memory", "redis", "rlqs"] if r in by]:
+        ours = statistics.median(added(row, "p99_us"))
+        print(f"{names[row]}: added p99 {ours:+.2f} ms against the no-op's {noop99:+.2f} ms"
+              + (f" ({ours / noop99:.2f}x)" if noop99 > 0 else ""))
 PY

@@ -28,14 +28,17 @@ use crate::store::{Reply, Store, StoreError, StoreErrorKind, Work, DEADLINE_EXCE
 pub const MIN_STORE_TIME: Duration = Duration::from_millis(1);
 
 /// What is kept back from a caller's timeout for the answer to reach it:
-/// 30 % of the timeout, at least 2 ms and at most 10 ms (6 ms of Envoy's
-/// default 20 ms). It covers the timer (a deadline fires up to 1.5 ms late),
+/// half the timeout, at least 2 ms and at most 10 ms (10 ms of Envoy's
+/// default 20 ms, which leaves the store 10 ms, several times a loaded
+/// Redis's p99). It covers the timer (a deadline fires up to 1.5 ms late),
 /// the answer's way back and the caller's own handling of it. Measured
 /// behind Envoy 1.40 on two shared cores with Redis paused: the release
 /// build answered 0.4–1.4 ms after its store deadline, Envoy had the answer
-/// 1.5–2 ms after that; a debug build takes about 2 ms more.
+/// 1.5–2 ms after that, a debug build about 2 ms later still; with a 6 ms
+/// margin 1 answer in 20 of a debug build, and 7 in 28,800 of a release
+/// build under load, still reached Envoy after its 20 ms.
 pub fn caller_margin(timeout: Duration) -> Duration {
-    (timeout * 3 / 10).clamp(Duration::from_millis(2), Duration::from_millis(10))
+    (timeout / 2).clamp(Duration::from_millis(2), Duration::from_millis(10))
 }
 
 /// When the store step of a call received at `received` with a timeout of
@@ -108,12 +111,13 @@ mod tests {
     }
 
     #[test]
-    fn the_margin_is_30_percent_of_the_callers_timeout_within_2_to_10_ms() {
-        assert_eq!(caller_margin(20 * MS), 6 * MS);
-        assert_eq!(caller_margin(5 * MS), 2 * MS);
+    fn the_margin_is_half_the_callers_timeout_within_2_to_10_ms() {
+        assert_eq!(caller_margin(20 * MS), 10 * MS);
+        assert_eq!(caller_margin(12 * MS), 6 * MS);
+        assert_eq!(caller_margin(3 * MS), 2 * MS);
         assert_eq!(caller_margin(Duration::from_secs(1)), 10 * MS);
         let t0 = Instant::now();
-        assert_eq!(caller_deadline(t0, 20 * MS), t0 + 14 * MS);
+        assert_eq!(caller_deadline(t0, 20 * MS), t0 + 10 * MS);
         assert_eq!(caller_deadline(t0, MS), t0, "never before it arrived");
     }
 
