@@ -398,6 +398,11 @@ fn with_redis_paused_each_rules_failure_mode_holds_behind_a_default_envoy() {
         svc.stat("ratelimit.store.circuit_open") > 0,
         "the breaker opened, so most calls were answered at once"
     );
+    // The service's own count agrees: every answer was ready within
+    // Envoy's deadline, and Envoy cancelled none.
+    let call_stat = "ratelimit.service.call.should_rate_limit";
+    assert_eq!(svc.stat(&format!("{call_stat}.past_caller_deadline")), 0);
+    assert_eq!(svc.stat(&format!("{call_stat}.caller_gone")), 0);
 
     redis.resume();
     let resumed = Instant::now();

@@ -344,6 +344,53 @@ async fn without_the_breaker_every_call_waits_the_deadline() {
     redis.resume();
 }
 
+/// Production sees the caller's deadline: an answer ready after the
+/// call's `grpc-timeout` ran out counts `past_caller_deadline`, and a call
+/// whose caller gave up first (Envoy resets the stream at its timeout)
+/// counts `caller_gone`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_answers_and_callers_gone_are_counted() {
+    let past = "ratelimit.service.call.should_rate_limit.past_caller_deadline";
+    let gone = "ratelimit.service.call.should_rate_limit.caller_gone";
+    let redis = RedisServer::start();
+    let addr = redis.addr();
+    let mut env = redis_env(&addr);
+    env.push(("STORE_TIMEOUT", "2s"));
+    let svc = Service::start(&[("rules.yaml", RULES)], &env);
+    let framed = |value: &str| {
+        use prost::Message;
+        let body = request("f", vec![desc(&[("closed", value)])]).encode_to_vec();
+        frame(&body, body.len() as u32)
+    };
+    // Ten seconds is plenty: on time, nothing counted.
+    let on_time = raw_grpc_with(svc.grpc, framed("a"), &[("grpc-timeout", "10S")]).await;
+    assert_eq!(on_time.0.as_deref(), Some("0"), "answered");
+    // One microsecond: answered by the rule's policy at once (too little
+    // time to ask Redis), and still after its caller gave up. (A raw
+    // client: tonic's would give up itself.)
+    let late = raw_grpc_with(svc.grpc, framed("a"), &[("grpc-timeout", "1u")]).await;
+    assert_eq!(late.0.as_deref(), Some("0"), "answered");
+    assert!(svc.eventually(Duration::from_secs(2), || svc.stat(past) == 1));
+    assert_eq!(svc.stat(gone), 0);
+
+    // Redis paused, no deadline from the caller: the call waits for the
+    // 2 s store timeout, and its caller leaves after 200 ms.
+    let mut client = svc.client().await;
+    redis.pause();
+    let left = tokio::time::timeout(
+        Duration::from_millis(200),
+        call(&mut client, request("f", vec![desc(&[("closed", "b")])])),
+    )
+    .await;
+    assert!(left.is_err(), "the caller gave up first");
+    assert!(
+        svc.eventually(Duration::from_millis(1500), || svc.stat(gone) == 1),
+        "the reset stream is counted, before the store timeout ends the call"
+    );
+    assert_eq!(svc.stat(past), 1);
+    redis.resume();
+}
+
 /// The cluster node that owns `key`'s slot (its client port), read from
 /// `CLUSTER NODES` on `any_port`.
 fn owner(cluster: &RedisCluster, any_port: u16, key: &str) -> u16 {

@@ -807,56 +807,6 @@ async fn grpc_advertises_a_finite_stream_limit() {
     assert_eq!(advertised(svc.grpc, 6), Some(16 * 1024));
 }
 
-/// One raw gRPC call over h2: the `grpc-status` and `grpc-message`.
-async fn raw_grpc(addr: std::net::SocketAddr, framed: Vec<u8>) -> (Option<String>, Option<String>) {
-    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let (client, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
-    tokio::spawn(conn);
-    let mut client = client.ready().await.expect("ready");
-    let req = http::Request::builder()
-        .method("POST")
-        .uri(format!(
-            "http://{addr}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
-        ))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .expect("request");
-    let (resp, mut stream) = client.send_request(req, false).expect("send");
-    stream
-        .send_data(bytes::Bytes::from(framed), true)
-        .expect("data");
-    let resp = tokio::time::timeout(Duration::from_secs(10), resp)
-        .await
-        .expect("no stall")
-        .expect("response");
-    let (parts, mut body) = resp.into_parts();
-    let get =
-        |h: &http::HeaderMap, k: &str| h.get(k).and_then(|v| v.to_str().ok()).map(str::to_string);
-    if let Some(s) = get(&parts.headers, "grpc-status") {
-        return (Some(s), get(&parts.headers, "grpc-message"));
-    }
-    while let Some(chunk) = body.data().await {
-        let _ = chunk;
-    }
-    let trailers = tokio::time::timeout(Duration::from_secs(10), body.trailers())
-        .await
-        .expect("no stall")
-        .expect("trailers")
-        .unwrap_or_default();
-    (
-        get(&trailers, "grpc-status"),
-        get(&trailers, "grpc-message"),
-    )
-}
-
-fn frame(msg: &[u8], claimed_len: u32) -> Vec<u8> {
-    let mut f = vec![0u8];
-    f.extend_from_slice(&claimed_len.to_be_bytes());
-    f.extend_from_slice(msg);
-    f
-}
-
 #[tokio::test]
 async fn malformed_grpc_requests_are_invalid_argument() {
     let svc = start(&[]);

@@ -380,3 +380,66 @@ pub fn wait_for_fresh_window(unit: u64, margin: u64) {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// One raw gRPC call over h2: the `grpc-status` and `grpc-message`.
+pub async fn raw_grpc(addr: SocketAddr, framed: Vec<u8>) -> (Option<String>, Option<String>) {
+    raw_grpc_with(addr, framed, &[]).await
+}
+
+/// [`raw_grpc`] with extra request headers, sent as given (a `grpc-timeout`
+/// here is the server's to see; no client-side deadline enforces it).
+pub async fn raw_grpc_with(
+    addr: SocketAddr,
+    framed: Vec<u8>,
+    headers: &[(&str, &str)],
+) -> (Option<String>, Option<String>) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (client, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(conn);
+    let mut client = client.ready().await.expect("ready");
+    let mut req = http::Request::builder()
+        .method("POST")
+        .uri(format!(
+            "http://{addr}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(()).expect("request");
+    let (resp, mut stream) = client.send_request(req, false).expect("send");
+    stream
+        .send_data(bytes::Bytes::from(framed), true)
+        .expect("data");
+    let resp = tokio::time::timeout(Duration::from_secs(10), resp)
+        .await
+        .expect("no stall")
+        .expect("response");
+    let (parts, mut body) = resp.into_parts();
+    let get =
+        |h: &http::HeaderMap, k: &str| h.get(k).and_then(|v| v.to_str().ok()).map(str::to_string);
+    if let Some(s) = get(&parts.headers, "grpc-status") {
+        return (Some(s), get(&parts.headers, "grpc-message"));
+    }
+    while let Some(chunk) = body.data().await {
+        let _ = chunk;
+    }
+    let trailers = tokio::time::timeout(Duration::from_secs(10), body.trailers())
+        .await
+        .expect("no stall")
+        .expect("trailers")
+        .unwrap_or_default();
+    (
+        get(&trailers, "grpc-status"),
+        get(&trailers, "grpc-message"),
+    )
+}
+
+/// `msg` as one gRPC message whose length prefix says `claimed_len`.
+pub fn frame(msg: &[u8], claimed_len: u32) -> Vec<u8> {
+    let mut f = vec![0u8];
+    f.extend_from_slice(&claimed_len.to_be_bytes());
+    f.extend_from_slice(msg);
+    f
+}

@@ -42,6 +42,16 @@ pub const GLOBAL_SHADOW_MODE: &str = "ratelimit.service.global_shadow_mode";
 pub const REDIS_ERROR: &str = "ratelimit.service.call.should_rate_limit.redis_error";
 /// `ratelimit.service.call.should_rate_limit.service_error`.
 pub const SERVICE_ERROR: &str = "ratelimit.service.call.should_rate_limit.service_error";
+/// `ratelimit.service.call.should_rate_limit.past_caller_deadline` (ours):
+/// calls answered after their `grpc-timeout` ran out, so the caller (Envoy)
+/// had already applied its own failure mode. Non-zero means the deadline's
+/// margin is too small for the deployment.
+pub const PAST_CALLER_DEADLINE: &str =
+    "ratelimit.service.call.should_rate_limit.past_caller_deadline";
+/// `ratelimit.service.call.should_rate_limit.caller_gone` (ours): calls
+/// whose caller went away (cancelled the stream, closed the connection)
+/// before they were answered; Envoy cancels at its filter's `timeout`.
+pub const CALLER_GONE: &str = "ratelimit.service.call.should_rate_limit.caller_gone";
 /// `runtime.load_attempts`: configuration snapshots read by the file provider.
 pub const RUNTIME_LOAD_ATTEMPTS: &str = "runtime.load_attempts";
 /// `runtime.num_values`: files in the live configuration.

@@ -50,6 +50,37 @@ impl NamedService for RlsServer {
     const NAME: &'static str = "envoy.service.ratelimit.v3.RateLimitService";
 }
 
+/// Holds one call to its caller's deadline, where production can see it:
+/// an answer ready after the caller's `grpc-timeout` ran out counts
+/// [`metrics::PAST_CALLER_DEADLINE`](crate::metrics::PAST_CALLER_DEADLINE);
+/// a call dropped unanswered (its caller reset the stream or closed the
+/// connection) counts [`metrics::CALLER_GONE`](crate::metrics::CALLER_GONE).
+struct CallWatch {
+    /// When the caller gives up: arrival plus its `grpc-timeout`.
+    gives_up: Option<tokio::time::Instant>,
+    answered: bool,
+}
+
+impl CallWatch {
+    fn answered(mut self) {
+        self.answered = true;
+        if self
+            .gives_up
+            .is_some_and(|t| tokio::time::Instant::now() > t)
+        {
+            ::metrics::counter!(crate::metrics::PAST_CALLER_DEADLINE).increment(1);
+        }
+    }
+}
+
+impl Drop for CallWatch {
+    fn drop(&mut self) {
+        if !self.answered {
+            ::metrics::counter!(crate::metrics::CALLER_GONE).increment(1);
+        }
+    }
+}
+
 /// One call: the engine, and when the call's store step must end.
 struct ShouldRateLimit(Arc<Engine>, Option<tokio::time::Instant>);
 
@@ -108,8 +139,14 @@ where
                 Ok(response)
             });
         }
-        let deadline = timeout::grpc_timeout(req.headers())
-            .map(|t| crate::resilience::deadline::caller_deadline(tokio::time::Instant::now(), t));
+        let received = tokio::time::Instant::now();
+        let caller_timeout = timeout::grpc_timeout(req.headers());
+        let deadline =
+            caller_timeout.map(|t| crate::resilience::deadline::caller_deadline(received, t));
+        let watch = CallWatch {
+            gives_up: caller_timeout.map(|t| received + t),
+            answered: false,
+        };
         let method = ShouldRateLimit(Arc::clone(&self.engine), deadline);
         let max = self.max_decoding_message_size;
         let span = crate::telemetry::enabled()
@@ -118,6 +155,7 @@ where
             let mut grpc = Grpc::new(codec::RlsCodec::default())
                 .apply_max_message_size_config(Some(max), None);
             let mut response = grpc.unary(method, req).await;
+            watch.answered();
             // The engine never fails with INTERNAL: an INTERNAL here is
             // tonic's own report of a request it could not read (a truncated
             // frame, a broken stream), which is the caller's fault.
