@@ -408,11 +408,7 @@ impl Envoy {
 
     /// A counter or gauge of the admin `/stats` (0 when absent).
     pub fn stat(&self, name: &str) -> u64 {
-        let body = http_with(self.admin, "GET", "/stats", &[], b"").body;
-        body.lines()
-            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
+        super::stat_in(&http_with(self.admin, "GET", "/stats", &[], b"").body, name)
     }
 
     /// The process id.

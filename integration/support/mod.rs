@@ -194,11 +194,7 @@ impl Service {
 
     /// The value of a statistic in `/stats` (0 when absent).
     pub fn stat(&self, name: &str) -> u64 {
-        let body = self.debug("/stats").body;
-        body.lines()
-            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
+        stat_in(&self.debug("/stats").body, name)
     }
 
     /// The process id.
@@ -379,6 +375,15 @@ pub fn wait_for_fresh_window(unit: u64, margin: u64) {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// The value of statistic `name` in a `/stats` text of `name: value` lines,
+/// the service's and Envoy's admin alike (0 when absent).
+pub fn stat_in(body: &str, name: &str) -> u64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// One raw gRPC call over h2: the `grpc-status` and `grpc-message`.

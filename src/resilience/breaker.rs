@@ -316,8 +316,17 @@ mod tests {
 
     /// A breaker over a deadline of 50 ms over the scripted store.
     fn breaker() -> (Breaker<Deadline<Scripted>>, Scripted) {
+        breaker_opening_after(OPTIONS.failures)
+    }
+
+    /// [`breaker`], opening after `failures` in a row.
+    fn breaker_opening_after(failures: u32) -> (Breaker<Deadline<Scripted>>, Scripted) {
         let store = Scripted::new();
-        let b = Breaker::new(Deadline::new(store.clone(), 50 * MS), OPTIONS)
+        let options = BreakerOptions {
+            failures,
+            ..OPTIONS
+        };
+        let b = Breaker::new(Deadline::new(store.clone(), 50 * MS), options)
             .counting_abandoned(50 * MS);
         (b, store)
     }
@@ -365,15 +374,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_abandoned_call_does_not_count_when_the_node_answers_a_later_one() {
-        let store = Scripted::new();
-        let b = Breaker::new(
-            Deadline::new(store.clone(), 50 * MS),
-            BreakerOptions {
-                failures: 1,
-                ..OPTIONS
-            },
-        )
-        .counting_abandoned(50 * MS);
+        let (b, store) = breaker_opening_after(1);
         store.set(Behaviour::Hang);
         let gave_up = tokio::time::timeout(20 * MS, b.execute(&work_on("n", 5), None)).await;
         assert!(gave_up.is_err());
@@ -385,14 +386,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn items_never_sent_for_want_of_time_count_for_no_node() {
-        let store = Scripted::new();
-        let b = Breaker::new(
-            Deadline::new(store.clone(), 50 * MS),
-            BreakerOptions {
-                failures: 1,
-                ..OPTIONS
-            },
-        );
+        let (b, store) = breaker_opening_after(1);
         for _ in 0..5 {
             let r = b.execute(&work_on("n", 5), Some(Instant::now())).await;
             assert_eq!(kind(&r), Some(StoreErrorKind::Expired));
