@@ -684,6 +684,32 @@ mod tests {
         );
     }
 
+    /// `docs/settings.md` lists exactly [`EXTENSIONS`], each with its kind
+    /// and default, so the page cannot go stale.
+    #[test]
+    fn the_settings_page_lists_every_extension() {
+        let page = include_str!("../../docs/settings.md");
+        let mut listed: Vec<(String, String, String)> = page
+            .lines()
+            .filter_map(|l| {
+                let cells: Vec<&str> = l.strip_prefix("| `")?.split(" | ").collect();
+                let name = cells.first()?.strip_suffix('`')?;
+                let default = cells.get(2)?.trim_matches('`');
+                Some((name.into(), cells.get(1)?.to_string(), default.into()))
+            })
+            .collect();
+        let mut expected: Vec<(String, String, String)> = EXTENSIONS
+            .iter()
+            .map(|v| {
+                let kind = format!("{:?}", v.kind).to_lowercase();
+                (v.name.into(), kind, v.default.into())
+            })
+            .collect();
+        listed.sort();
+        expected.sort();
+        assert_eq!(listed, expected, "docs/settings.md against EXTENSIONS");
+    }
+
     #[test]
     fn spot_check_rows_against_the_spec() {
         let row = |name| spec(name).map(|v| (v.kind, v.default));
