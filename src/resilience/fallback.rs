@@ -167,3 +167,101 @@ impl<S: Store> Store for Fallback<S> {
         reply
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::ManualClock;
+    use crate::resilience::testing::{work_on, Behaviour, Scripted};
+
+    /// The scripted store behind the failure policies.
+    fn fallback() -> (Fallback<Scripted>, Scripted) {
+        let store = Scripted::new();
+        let clock = Arc::new(ManualClock::at_secs(1_000_000));
+        (Fallback::new(store.clone(), clock), store)
+    }
+
+    /// [`work_on`] one node, its item failing by `on_failure`.
+    fn work(on_failure: OnFailure) -> Work {
+        let mut work = work_on("n", 10);
+        work.items[0].on_failure = on_failure;
+        work
+    }
+
+    fn by_policy(reply: &Reply) -> Option<PolicyAnswer> {
+        match &reply.answers[0] {
+            Ok(Answer::ByPolicy(p)) => Some(*p),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answering_store_is_left_alone_and_spends_no_floor() {
+        let (f, _store) = fallback();
+        let open = OnFailure::Open { fallback: 1 };
+        for _ in 0..3 {
+            let reply = f.execute(&work(open), None).await;
+            assert!(matches!(reply.answers[0], Ok(Answer::Decided(_))));
+        }
+        assert!(f.floor.is_empty(), "no floor key without a failure");
+    }
+
+    #[tokio::test]
+    async fn closed_denies_with_at_least_a_second_to_retry() {
+        let (f, store) = fallback();
+        store.set(Behaviour::Refuse);
+        let reply = f.execute(&work(OnFailure::Closed), None).await;
+        let p = by_policy(&reply).expect("answered by policy");
+        assert!(!p.fell_back);
+        match p.decision {
+            Decision::Deny { retry_after, .. } => assert!(retry_after >= MIN_CLOSED_RETRY),
+            allowed => panic!("closed admitted: {allowed:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn open_admits_exactly_its_floor_then_denies() {
+        let (f, store) = fallback();
+        store.set(Behaviour::Refuse);
+        let open = OnFailure::Open { fallback: 3 };
+        let mut admitted = 0;
+        for _ in 0..10 {
+            let p = by_policy(&f.execute(&work(open), None).await).expect("by policy");
+            assert!(p.fell_back);
+            admitted += u32::from(p.decision.is_allowed());
+        }
+        assert_eq!(admitted, 3, "the floor, not the rule's 10");
+    }
+
+    #[tokio::test]
+    async fn error_leaves_the_failure_for_the_caller() {
+        let (f, store) = fallback();
+        store.set(Behaviour::Refuse);
+        let reply = f.execute(&work(OnFailure::Error), None).await;
+        let e = reply.answers[0].as_ref().expect_err("still failing");
+        assert_eq!(e.kind, StoreErrorKind::Unavailable);
+    }
+
+    #[tokio::test]
+    async fn a_store_that_answered_with_an_error_is_not_overruled() {
+        let (f, store) = fallback();
+        store.set(Behaviour::Reject);
+        let reply = f.execute(&work(OnFailure::Closed), None).await;
+        assert!(
+            reply.answers[0].is_err(),
+            "Redis said no: not a policy's call"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_refund_is_not_answered_by_policy() {
+        let (f, store) = fallback();
+        store.set(Behaviour::Refuse);
+        let mut refund = work(OnFailure::Closed);
+        refund.policy = Policy::Refund {
+            taken_at: Duration::ZERO,
+        };
+        let reply = f.execute(&refund, None).await;
+        assert!(reply.answers[0].is_err());
+    }
+}

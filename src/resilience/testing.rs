@@ -1,6 +1,6 @@
 //! A store for the layers' own tests: it counts the calls that reach it
-//! and, as told, answers (from a memory store), fails, or hangs until it is
-//! cut. Each layer's rule is tested on it, as tower-test's mock serves
+//! and, as told, answers (from a memory store), fails, rejects, or hangs
+//! until it is cut. Each layer's rule is tested on it, as tower-test's mock serves
 //! tower's layers.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -25,6 +25,9 @@ pub(crate) enum Behaviour {
     Refuse = 1,
     /// Never answers: the caller's deadline, or its going away, ends it.
     Hang = 2,
+    /// Answers every item with an error of its own (a Redis error reply):
+    /// reachable, so no layer's failure.
+    Reject = 3,
 }
 
 /// The scripted store; clones share the state.
@@ -63,6 +66,10 @@ impl Store for Scripted {
             1 => Reply::failed(
                 work.len(),
                 &StoreError::new(StoreErrorKind::Unavailable, "connection refused"),
+            ),
+            3 => Reply::failed(
+                work.len(),
+                &StoreError::new(StoreErrorKind::Rejected, "ERR the script failed"),
             ),
             _ => std::future::pending().await,
         }
