@@ -8,6 +8,10 @@
 //! window, `limit` at the start of the next). That is the original's
 //! behaviour and the default; other algorithms are opt-in.
 
+use std::time::Duration;
+
+use super::Decision;
+
 /// A window of whole seconds, `[start, start + length)`: epoch-aligned
 /// (the original's, [`Window::containing`]) or a calendar period
 /// ([`super::calendar::Calendar::window_at`]).
@@ -128,6 +132,84 @@ pub fn judge_cached_over_limit(hits: u64) -> Verdict {
     }
 }
 
+/// The original's fixed window as a store item sees it: its key (see
+/// [`crate::store::key::fixed_window_key`]) already names the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OriginalWindow {
+    /// Requests per window.
+    pub limit: u64,
+    /// The window the key counts; the counter expires when it ends.
+    pub window: Window,
+    /// Seconds a store with server-side expiry keeps the key, before the
+    /// jitter: the window's length (a calendar period's: until it ends).
+    pub ttl_seconds: u64,
+    /// Exclusive bound of the random seconds added to `ttl_seconds` when
+    /// the key is created (`EXPIRATION_JITTER_MAX_SECONDS`; 0 for none),
+    /// so that keys created together do not all expire together. The store
+    /// that creates the key draws it: one window's counters then share
+    /// their arguments on the way there.
+    pub jitter_seconds: u64,
+}
+
+impl OriginalWindow {
+    /// The TTL for a key created now: `ttl_seconds` plus a uniform draw
+    /// from `0 .. jitter_seconds`.
+    pub fn expiry_seconds(&self) -> u64 {
+        match self.jitter_seconds {
+            0 => self.ttl_seconds,
+            max => self.ttl_seconds + rand::random_range(0..max),
+        }
+    }
+
+    /// Whether a counter holding `after` once incremented admits the
+    /// request: iff it is within the limit.
+    pub fn admits(&self, after: u64) -> bool {
+        after <= self.limit
+    }
+
+    /// A counter's decision from its value `after` the increment: admitted
+    /// iff [`OriginalWindow::admits`]; either way the window's end is the
+    /// reset (at least 1 s).
+    pub fn decision(&self, after: u64, now_secs: u64) -> Decision {
+        let reset = Duration::from_secs(self.window.reset_after(now_secs).max(1));
+        if self.admits(after) {
+            Decision::Allow {
+                remaining: self.limit - after,
+                reset_after: reset,
+            }
+        } else {
+            Decision::Deny {
+                retry_after: reset,
+                reset_after: reset,
+            }
+        }
+    }
+
+    /// The decision before counting ([`crate::store::Limit::Window`]) on a counter that
+    /// holds `count`: `cost` fits iff `count + cost ≤ limit`, a cost above
+    /// the limit never does, and the window's end is the reset and the
+    /// retry.
+    pub fn decide(&self, count: u64, cost: u64, now_secs: u64) -> Decision {
+        let reset = Duration::from_secs(self.window.reset_after(now_secs));
+        if cost > self.limit {
+            Decision::ExceedsCapacity {
+                capacity: self.limit,
+                reset_after: reset,
+            }
+        } else if count <= self.limit - cost {
+            Decision::Allow {
+                remaining: self.limit - count - cost,
+                reset_after: reset,
+            }
+        } else {
+            Decision::Deny {
+                retry_after: reset,
+                reset_after: reset,
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,5 +291,20 @@ mod tests {
         };
         assert_eq!((w.reset_after(1000), w.reset_after(1089)), (90, 1));
         assert_eq!(w.reset_after(5000), 1, "an ended window resets at once");
+    }
+
+    #[test]
+    fn a_new_keys_expiry_is_its_ttl_plus_a_draw_below_the_jitter_bound() {
+        let window = |jitter_seconds| OriginalWindow {
+            limit: 10,
+            window: Window::containing(120, 60),
+            ttl_seconds: 60,
+            jitter_seconds,
+        };
+        assert_eq!(window(0).expiry_seconds(), 60);
+        let drawn: std::collections::BTreeSet<u64> =
+            (0..500).map(|_| window(5).expiry_seconds()).collect();
+        // 500 draws from 5 values miss one with a chance below 10^-47.
+        assert_eq!(drawn, (60..65).collect());
     }
 }

@@ -6,7 +6,9 @@
 //!   zone, the opt-in alternative to epoch-aligned windows;
 //! - [`clock`]: the injected time source;
 //! - [`fixed_window`]: the original's algorithm and status arithmetic (the
-//!   default; up to 2 × limit across a window boundary);
+//!   default; up to 2 × limit across a window boundary), and
+//!   [`fixed_window::OriginalWindow`], that window as a store item carries
+//!   it (its limit, its period, its key's expiry);
 //! - the opt-in algorithms, one [`Limiter`] of them per configured limit, behind the [`Algorithm`] trait, each with its
 //!   error bound in its doc: [`gcra`] (token bucket, one timestamp per key),
 //!   [`sliding_window`] (two counters, at most limit − 1 above exact),
