@@ -2,7 +2,7 @@
 -- call per node carries one or more groups (one request's items on this
 -- node each; groups of concurrent requests are coalesced into one call),
 -- each applied on its own. Mirrors src/limiter/*.rs and the memory store
--- (see work.rs for the layout and how it differs).
+-- (see args.rs for the layout and how it differs).
 --
 -- ARGV: the number of groups, then per group: mode, nonce, taken-at time
 -- (µs, refund only), n, then per item six fields: kind, limit, period,

@@ -22,6 +22,7 @@
 //! that owns the key's slot, from fred's routing table, so after a failover
 //! the new primary is a new node).
 
+mod args;
 pub mod board;
 mod coalesce;
 pub mod connect;
@@ -98,7 +99,7 @@ impl Node {
     }
 
     /// Runs `group` in the call `route` names.
-    async fn run(&self, route: Route, group: work::Group) -> Result<Vec<i64>, StoreError> {
+    async fn run(&self, route: Route, group: args::Group) -> Result<Vec<i64>, StoreError> {
         match route {
             Route::Primary(node) => self.primary(&node).run(group).await,
             Route::Slot(_) => self.lane.run(group).await,
