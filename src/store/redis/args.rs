@@ -7,9 +7,21 @@ use std::time::Duration;
 
 use fred::types::Value;
 
-use super::{int, Route};
 use crate::limiter::Decision;
-use crate::store::{Decided, Item, Limit, StoreError, StoreErrorKind};
+use crate::store::{Decided, Item, Limit, NodeId, StoreError, StoreErrorKind};
+
+/// Which script call serves a key: its hash slot's (slot 0 off a
+/// cluster), or, on a cluster that runs the per-node script, its primary's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Route {
+    Slot(u16),
+    Primary(NodeId),
+}
+
+/// A count as a script argument (Redis integers are signed).
+pub(super) fn int(n: u64) -> Value {
+    Value::Integer(i64::try_from(n).unwrap_or(i64::MAX))
+}
 
 /// Fields per item in ARGV, and per counter in a compact group.
 pub(super) const FIELDS: usize = 6;

@@ -15,8 +15,9 @@ use fred::types::config::{
 };
 use fred::types::scripts::Script;
 
+use super::node::{store_error, Backend, Lanes, Node};
 use super::url::{self, Credentials, Deployment, Target, UrlError};
-use super::{Backend, Lanes, Node, RedisPlacement, RedisStore};
+use super::{RedisPlacement, RedisStore};
 use crate::store::{NodeId, StoreError, StoreErrorKind};
 use crate::workers::Workers;
 use tokio::runtime::Handle;
@@ -156,7 +157,7 @@ impl RedisOptions {
             Some(policy),
             size,
         )
-        .map_err(|e| super::store_error(&e))
+        .map_err(|e| store_error(&e))
     }
 }
 
@@ -238,8 +239,8 @@ async fn connect_one(options: &RedisOptions, retry: StartupRetry) -> Result<Back
     loop {
         let pool = options.pool()?;
         let attempt = async {
-            pool.init().await.map_err(|e| super::store_error(&e))?;
-            let pong: String = pool.ping(None).await.map_err(|e| super::store_error(&e))?;
+            pool.init().await.map_err(|e| store_error(&e))?;
+            let pong: String = pool.ping(None).await.map_err(|e| store_error(&e))?;
             if pong != "PONG" {
                 return Err(StoreError::new(
                     StoreErrorKind::Rejected,
@@ -365,7 +366,7 @@ async fn open_on(
             if pool.is_connected() {
                 let _ = pool.quit().await;
             }
-            return Err(super::store_error(&e));
+            return Err(store_error(&e));
         }
         Ok(Node::new(Backend {
             pool,

@@ -50,82 +50,22 @@
 //! requests are coalesced into one script call, each group still applied
 //! on its own.
 
-use std::sync::Arc;
-
-use fred::types::Value;
 use tokio::time::Instant;
 
-use super::args::{decided, malformed, CallArgs, Group, Part, COUNTER_REPLY, ITEM_REPLY};
-use super::{coalesce, int, until, Backend, RedisStore};
-use crate::store::{Answer, Decided, Item, Limit, Policy, Reply, StoreError, StoreErrorKind, Work};
-
-/// `limits.lua` calls on one node, for the coalescer: groups of several
-/// requests in one call, each still applied on its own.
-#[derive(Debug)]
-pub(super) struct LimitCalls {
-    backend: Arc<Backend>,
-    /// The per-node script, for a Cluster primary: the groups' keys may
-    /// sit on any of its slots.
-    per_node: bool,
-}
-
-impl LimitCalls {
-    pub(super) fn new(backend: Arc<Backend>, per_node: bool) -> LimitCalls {
-        LimitCalls { backend, per_node }
-    }
-
-    async fn call(&self, groups: Vec<Group>) -> Result<Vec<Vec<i64>>, StoreError> {
-        let backend = &self.backend;
-        let CallArgs { keys, args, sizes } = CallArgs::new(groups);
-        let n_keys = keys.len();
-        let (script, keys, argv) = match (self.per_node, &backend.node_script) {
-            (true, Some(script)) => {
-                // The first key is declared and routes the call; all of
-                // them follow their count in ARGV (see node_keys.lua).
-                let routing = keys.first().cloned().into_iter().collect();
-                let mut argv = Vec::with_capacity(1 + n_keys + args.len());
-                argv.push(int(n_keys as u64));
-                argv.extend(keys.into_iter().map(Value::from));
-                argv.extend(args);
-                (script, routing, argv)
-            }
-            _ => (&backend.script, keys, args),
-        };
-        backend
-            .call(script, keys, argv, sizes)
-            .await
-            .map_err(moved_key)
-    }
-}
-
-/// A per-node call that touched a key its primary no longer serves (the
-/// routes changed under a failover or a resharding) did not reach the
-/// key's node: unreachable, as a call to a failed node is, so that the
-/// routing table is read again and the items' policies answer.
-fn moved_key(e: StoreError) -> StoreError {
-    if e.kind == StoreErrorKind::Rejected && e.message.contains("non local key") {
-        StoreError::new(StoreErrorKind::Unavailable, e.message)
-    } else {
-        e
-    }
-}
-
-impl coalesce::Batch for LimitCalls {
-    type Item = Group;
-    type Answer = Vec<i64>;
-
-    fn run(
-        &self,
-        items: Vec<Group>,
-    ) -> impl std::future::Future<Output = Result<Vec<Vec<i64>>, StoreError>> + Send {
-        self.call(items)
-    }
-}
+use super::args::{decided, malformed, Part, COUNTER_REPLY, ITEM_REPLY};
+use super::node::{until, Lanes};
+use super::placement::RedisPlacement;
+use crate::store::{Answer, Decided, Item, Limit, Policy, Reply, StoreError, Work};
 
 /// Runs `work`, one script call per node. A node that fails fails its own
 /// items only; a part refused by a node that answered has the other parts
 /// refunded.
-pub(super) async fn execute(store: &RedisStore, work: &Work, deadline: Option<Instant>) -> Reply {
+pub(super) async fn execute(
+    lanes: &Lanes,
+    placement: &RedisPlacement,
+    work: &Work,
+    deadline: Option<Instant>,
+) -> Reply {
     let items = &work.items;
     if items.is_empty() {
         return Reply {
@@ -133,7 +73,7 @@ pub(super) async fn execute(store: &RedisStore, work: &Work, deadline: Option<In
             committed: work.policy.commits(),
         };
     }
-    let groups = store.group_by_node(
+    let groups = placement.group_by_node(
         items
             .iter()
             .map(|c| (c.key.as_str(), c.limit.one_second(), c.node.as_ref())),
@@ -163,7 +103,7 @@ pub(super) async fn execute(store: &RedisStore, work: &Work, deadline: Option<In
     let (mode, taken_at) = match work.policy {
         Policy::Commit => ("commit", 0),
         Policy::CommitStopping if counters_span_parts(&parts) => {
-            stop_across_parts(store, items, &parts, &nonce, &mut costs, deadline).await;
+            stop_across_parts(lanes, items, &parts, &nonce, &mut costs, deadline).await;
             ("commit", 0)
         }
         Policy::CommitStopping => ("stop", 0),
@@ -177,7 +117,7 @@ pub(super) async fn execute(store: &RedisStore, work: &Work, deadline: Option<In
         let group = part.group(mode, &nonce, taken_at, None, |i| costs[i]);
         until(
             deadline,
-            store.node(part.per_second).run(part.route.clone(), group),
+            lanes.node(part.per_second).run(part.route.clone(), group),
         )
     };
     // One node (the common case): no join.
@@ -229,7 +169,7 @@ pub(super) async fn execute(store: &RedisStore, work: &Work, deadline: Option<In
         .map(|r| r.unwrap_or_else(|| Err(malformed("an item without an answer"))))
         .collect();
     if refused && parts.len() > 1 && work.policy.commits() {
-        refund(store, &committed_parts, &results, &nonce, deadline).await;
+        refund(lanes, &committed_parts, &results, &nonce, deadline).await;
     }
     // What the nodes that answered did; a failed node's items are answered
     // by their policies above this store.
@@ -267,7 +207,7 @@ fn counters_span_parts(parts: &[Part<'_>]) -> bool {
 /// say it would exceed; it fails again in the call that follows, on its
 /// own.
 async fn stop_across_parts(
-    store: &RedisStore,
+    lanes: &Lanes,
     items: &[Item],
     parts: &[Part<'_>],
     nonce: &str,
@@ -287,7 +227,7 @@ async fn stop_across_parts(
         async move {
             let reply = until(
                 deadline,
-                store.node(part.per_second).run(part.route.clone(), group),
+                lanes.node(part.per_second).run(part.route.clone(), group),
             )
             .await;
             (only, reply)
@@ -315,7 +255,7 @@ async fn stop_across_parts(
 /// refund is logged: it leaves at most the request's cost counted on those
 /// limits (see the module doc).
 async fn refund(
-    store: &RedisStore,
+    lanes: &Lanes,
     committed: &[(&Part<'_>, i64)],
     results: &[Result<Decided, StoreError>],
     nonce: &str,
@@ -347,7 +287,7 @@ async fn refund(
         let group = part.group("refund", nonce, at, Some(&taken), |i| part.items[i].cost);
         Some(until(
             deadline,
-            store.node(part.per_second).run(part.route.clone(), group),
+            lanes.node(part.per_second).run(part.route.clone(), group),
         ))
     });
     for result in futures::future::join_all(calls).await {
@@ -361,22 +301,10 @@ async fn refund(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_key_its_primary_no_longer_serves_is_unreachable_not_refused() {
-        // Redis 7 and Valkey 8 both word it so.
-        let moved = StoreError::new(
-            StoreErrorKind::Rejected,
-            "ERR Script attempted to access a non local key in a cluster node script: 3fb5, on @user_script:2.",
-        );
-        assert_eq!(moved_key(moved).kind, StoreErrorKind::Unavailable);
-        let other = StoreError::new(StoreErrorKind::Rejected, "ERR wrong number of arguments");
-        assert_eq!(moved_key(other).kind, StoreErrorKind::Rejected);
-    }
-
     /// The size of the future `f` returns for a request's work.
     fn future_size<F, Fut>(_: F) -> usize
     where
-        F: FnOnce(&'static RedisStore, &'static Work, Option<Instant>) -> Fut,
+        F: FnOnce(&'static Lanes, &'static RedisPlacement, &'static Work, Option<Instant>) -> Fut,
     {
         std::mem::size_of::<Fut>()
     }

@@ -1,0 +1,163 @@
+//! Which Redis node serves a key ([`RedisPlacement`]), and which script
+//! call serves a work's items: grouped by deployment (main or per-second)
+//! and [`Route`] (a Cluster's primary, or a slot).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::interfaces::ClusterInterface;
+use parking_lot::RwLock;
+use tokio::time::Instant;
+
+use super::args::Route;
+use super::node::{Backend, Node};
+use crate::store::{NodeId, Placement, ReferenceStep};
+
+/// Which Redis node serves a key: the per-second Redis for one-second
+/// windows when there is one; on a cluster, the primary that owns the key's
+/// slot, from a table refreshed from fred's routing table at most once a
+/// second.
+#[derive(Debug)]
+pub struct RedisPlacement {
+    main: Arc<Backend>,
+    per_second: Option<Arc<Backend>>,
+    /// Off a cluster nothing; on one, slot ranges → primary.
+    routes: RwLock<Routes>,
+}
+
+/// How stale the slot → primary table behind [`Placement::node_of`] may get.
+/// fred follows a failover itself (MOVED, resync); this only names breakers.
+pub(super) const ROUTES_MAX_AGE: Duration = Duration::from_secs(1);
+
+/// Slot ranges of a cluster and their primaries.
+#[derive(Debug, Default)]
+struct Routes {
+    read_at: Option<Instant>,
+    ranges: Vec<(u16, u16, NodeId)>,
+}
+
+/// Batch positions grouped by the script call that can serve them, keyed by
+/// (per-second Redis?, route), in order of first appearance. A request
+/// touches few nodes, so a linear search beats a map here.
+type Groups = Vec<((bool, Route), Vec<usize>)>;
+
+impl RedisPlacement {
+    /// Positions of `keys` grouped by the script call that can serve them:
+    /// (per-second Redis?, route). Each key comes with whether it counts a
+    /// one-second window (those go to the per-second Redis when there is
+    /// one) and the node its work named for it (this store's
+    /// [`Placement`], asked once when the work was built). On the main
+    /// cluster with the per-node script, keys group by that primary, or, for
+    /// a key built without one, by their slot's primary in the routing
+    /// table (at most [`ROUTES_MAX_AGE`] old; a key that moved since fails
+    /// its call, which refreshes the table); else by slot.
+    pub(super) fn group_by_node<'k>(
+        &self,
+        keys: impl Iterator<Item = (&'k str, bool, Option<&'k NodeId>)>,
+    ) -> Groups {
+        let mut groups = Groups::new();
+        for (i, (key, one_second, named)) in keys.enumerate() {
+            let per_second = self.per_second.is_some() && one_second;
+            let backend = match (&self.per_second, per_second) {
+                (Some(b), true) => b,
+                _ => &self.main,
+            };
+            let per_node = !per_second && backend.node_script.is_some();
+            let route = match (backend.clustered, per_node, named) {
+                (false, _, _) => Route::Slot(0),
+                (true, true, Some(node)) => Route::Primary(node.clone()),
+                (true, _, _) => {
+                    let slot = fred::util::redis_keyslot(key.as_bytes());
+                    per_node
+                        .then(|| self.primary_of(slot))
+                        .flatten()
+                        .map_or(Route::Slot(slot), Route::Primary)
+                }
+            };
+            match groups
+                .iter_mut()
+                .find(|((ps, r), _)| *ps == per_second && *r == route)
+            {
+                Some((_, positions)) => positions.push(i),
+                None => groups.push(((per_second, route), vec![i])),
+            }
+        }
+        groups
+    }
+
+    /// Reads the slot table afresh at its next use.
+    pub(super) fn forget_routes(&self) {
+        self.routes.write().read_at = None;
+    }
+
+    pub(super) fn new(main: &Node, per_second: Option<&Node>) -> RedisPlacement {
+        RedisPlacement {
+            main: Arc::clone(&main.backend),
+            per_second: per_second.map(|n| Arc::clone(&n.backend)),
+            routes: RwLock::default(),
+        }
+    }
+
+    /// The primary that owns `slot`, from a routing table at most
+    /// [`ROUTES_MAX_AGE`] old.
+    fn primary_of(&self, slot: u16) -> Option<NodeId> {
+        let find = |routes: &Routes| {
+            routes
+                .ranges
+                .iter()
+                .find(|(start, end, _)| (*start..=*end).contains(&slot))
+                .map(|(_, _, node)| node.clone())
+        };
+        {
+            let routes = self.routes.read();
+            if routes
+                .read_at
+                .is_some_and(|at| at.elapsed() < ROUTES_MAX_AGE)
+            {
+                return find(&routes);
+            }
+        }
+        let mut routes = self.routes.write();
+        if let Some(state) = self.main.pool.next().cached_cluster_state() {
+            routes.ranges = state
+                .slots()
+                .iter()
+                .map(|r| {
+                    (
+                        r.start,
+                        r.end,
+                        NodeId::new(&format!("{}:{}", r.primary.host, r.primary.port)),
+                    )
+                })
+                .collect();
+        }
+        routes.read_at = Some(Instant::now());
+        find(&routes)
+    }
+}
+
+impl Placement for RedisPlacement {
+    fn node_of(&self, key: &str, one_second: bool) -> Option<NodeId> {
+        let backend = match (&self.per_second, one_second) {
+            (Some(b), true) => b,
+            _ => &self.main,
+        };
+        if backend.clustered {
+            self.primary_of(fred::util::redis_keyslot(key.as_bytes()))
+        } else {
+            Some(backend.name.clone())
+        }
+    }
+
+    /// In one script off a cluster; on one, iff both keys hash to one slot
+    /// (an algorithm's reference shares its hash tag; the original's keys,
+    /// which name their window, move slot every window).
+    fn reference_step(&self, subject: &str, reference: &str) -> ReferenceStep {
+        let slot = |k: &str| fred::util::redis_keyslot(k.as_bytes());
+        if !self.main.clustered || slot(subject) == slot(reference) {
+            ReferenceStep::Same
+        } else {
+            ReferenceStep::Separate
+        }
+    }
+}
