@@ -17,6 +17,7 @@ use std::sync::Arc;
 use metrics::Counter;
 
 pub mod exporter;
+pub mod memcache;
 pub mod prometheus_mapping;
 mod recorder;
 pub mod statsd;

@@ -46,20 +46,7 @@ use protocol::Reply as Said;
 /// The original client's I/O timeout per command.
 pub const IO_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Statistic names (scope `ratelimit.memcache`, tags as the statsd sink
-/// spells them).
-mod stat {
-    pub(super) const MULTIGET_SUCCESS: &str = "ratelimit.memcache.multiget.__code=success";
-    pub(super) const MULTIGET_ERROR: &str = "ratelimit.memcache.multiget.__code=error";
-    pub(super) const INCREMENT_SUCCESS: &str = "ratelimit.memcache.increment.__code=success";
-    pub(super) const INCREMENT_MISS: &str = "ratelimit.memcache.increment.__code=miss";
-    pub(super) const INCREMENT_ERROR: &str = "ratelimit.memcache.increment.__code=error";
-    pub(super) const ADD_SUCCESS: &str = "ratelimit.memcache.add.__code=success";
-    pub(super) const ADD_ERROR: &str = "ratelimit.memcache.add.__code=error";
-    pub(super) const ADD_NOT_STORED: &str = "ratelimit.memcache.add.__code=not_stored";
-    pub(super) const KEYS_REQUESTED: &str = "ratelimit.memcache.keys_requested";
-    pub(super) const KEYS_FOUND: &str = "ratelimit.memcache.keys_found";
-}
+use crate::metrics::memcache as stat;
 
 /// How to reach the servers.
 #[derive(Debug, Clone, Default)]
