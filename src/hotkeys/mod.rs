@@ -10,10 +10,8 @@
 //!   [`crate::resilience::Leases`], with its pure accounting and its bound
 //!   in [`crate::resilience::leases::lease`];
 //! - detection is [`TopKeys`]: a bounded top-K of keys by decisions per
-//!   second, served on `/hotkeys`.
+//!   second, served on `/hotkeys` (by `crate::service::debug::HotKeysView`).
 
 pub mod top;
-pub mod view;
 
 pub use top::TopKeys;
-pub use view::HotKeysView;
