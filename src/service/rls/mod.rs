@@ -139,12 +139,17 @@ where
                 Ok(response)
             });
         }
-        let received = tokio::time::Instant::now();
-        let caller_timeout = timeout::grpc_timeout(req.headers());
-        let deadline =
-            caller_timeout.map(|t| crate::resilience::deadline::caller_deadline(received, t));
+        // The clock is read only for a call that brings a deadline.
+        let (deadline, gives_up) = match timeout::grpc_timeout(req.headers()) {
+            Some(t) => {
+                let received = tokio::time::Instant::now();
+                let store_by = crate::resilience::deadline::caller_deadline(received, t);
+                (Some(store_by), Some(received + t))
+            }
+            None => (None, None),
+        };
         let watch = CallWatch {
-            gives_up: caller_timeout.map(|t| received + t),
+            gives_up,
             answered: false,
         };
         let method = ShouldRateLimit(Arc::clone(&self.engine), deadline);

@@ -58,10 +58,7 @@ impl RedisPlacement {
         let mut groups = Groups::new();
         for (i, (key, one_second, named)) in keys.enumerate() {
             let per_second = self.per_second.is_some() && one_second;
-            let backend = match (&self.per_second, per_second) {
-                (Some(b), true) => b,
-                _ => &self.main,
-            };
+            let backend = self.backend(one_second);
             let per_node = !per_second && backend.node_script.is_some();
             let route = match (backend.clustered, per_node, named) {
                 (false, _, _) => Route::Slot(0),
@@ -83,6 +80,15 @@ impl RedisPlacement {
             }
         }
         groups
+    }
+
+    /// The deployment that keeps a key: the per-second Redis for a
+    /// one-second window when there is one, else the main one.
+    fn backend(&self, one_second: bool) -> &Backend {
+        match (&self.per_second, one_second) {
+            (Some(b), true) => b,
+            _ => &self.main,
+        }
     }
 
     /// Reads the slot table afresh at its next use.
@@ -138,10 +144,7 @@ impl RedisPlacement {
 
 impl Placement for RedisPlacement {
     fn node_of(&self, key: &str, one_second: bool) -> Option<NodeId> {
-        let backend = match (&self.per_second, one_second) {
-            (Some(b), true) => b,
-            _ => &self.main,
-        };
+        let backend = self.backend(one_second);
         if backend.clustered {
             self.primary_of(fred::util::redis_keyslot(key.as_bytes()))
         } else {
