@@ -441,7 +441,105 @@ async fn refused_requests_take_nothing(store: Arc<dyn Store>, p: &str) -> u64 {
     early
 }
 
+/// Every kind of item gives back what counts now: no more than was taken,
+/// never below nothing, in one work with items that take (and whatever
+/// they decide), and answered as admitted.
+async fn give_backs_return_what_counts_now(store: Arc<dyn Store>, p: &str) {
+    let mut kinds: Vec<(String, Limit)> = AlgorithmName::ALL
+        .into_iter()
+        .map(|a| {
+            let limiter = Limiter::new(a, 5, HOUR, None).expect("valid");
+            (format!("{p}rl2:{{{a}}}:x"), Limit::Algorithm(limiter))
+        })
+        .collect();
+    kinds.push((format!("{p}oc"), Limit::Counter(hour_window(5))));
+    kinds.push((format!("{p}ow"), Limit::Window(hour_window(5))));
+    for (key, limit) in kinds {
+        let take = |cost| Item::new(key.clone(), limit, cost);
+        let back = |cost| take(cost).giving_back();
+        let admitted = |reply: ratelimit::store::CheckReply| match limit {
+            Limit::Counter(w) => w.admits(reply.results[0].count),
+            _ => reply.results[0].decision.is_allowed(),
+        };
+        let mut n = 0;
+        for _ in 0..5 {
+            n += u32::from(admitted(store.check(&[take(1)]).await.expect("take")));
+        }
+        assert_eq!(n, 5, "{key}");
+        let reply = store.check(&[back(2)]).await.expect("give back");
+        assert!(
+            reply.results[0].decision.is_allowed(),
+            "{key}: a give-back is admitted"
+        );
+        let mut n = 0;
+        for _ in 0..4 {
+            n += u32::from(admitted(store.check(&[take(1)]).await.expect("take")));
+        }
+        // (A counter counts its refused hits too, the original's way.)
+        assert_eq!(n, 2, "{key}: two came back");
+        // Far more than is held: back to nothing, never below.
+        store.check(&[back(100)]).await.expect("give back");
+        let mut n = 0;
+        for _ in 0..7 {
+            n += u32::from(admitted(store.check(&[take(1)]).await.expect("take")));
+        }
+        assert_eq!(n, 5, "{key}: the limit again, no more");
+        // Beside a refused binding item, in one work: given back anyway.
+        let refused = check(&format!("{key}-full"), AlgorithmName::TokenBucket, 1, 2);
+        let reply = store.check(&[refused, back(100)]).await.expect("mixed");
+        assert!(!reply.committed);
+        let mut n = 0;
+        for _ in 0..7 {
+            n += u32::from(admitted(store.check(&[take(1)]).await.expect("take")));
+        }
+        assert_eq!(n, 5, "{key}: the give-back beside a refusal was applied");
+    }
+}
+
+/// Slots taken and given back by many callers at once lose no update: all
+/// given back, all free.
+async fn in_flight_slots_lose_no_update(store: Arc<dyn Store>, p: &str) {
+    let key = format!("{p}rl2:{{slots}}:cc");
+    let limiter = Limiter::new(AlgorithmName::Concurrency, 8, HOUR, None).expect("valid");
+    let item = Item::new(key.clone(), Limit::Algorithm(limiter), 1);
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let (store, item) = (Arc::clone(&store), item.clone());
+            tokio::spawn(async move {
+                let mut taken = 0;
+                for _ in 0..25 {
+                    let reply = store
+                        .check(std::slice::from_ref(&item))
+                        .await
+                        .expect("take");
+                    if reply.committed {
+                        taken += 1;
+                        tokio::task::yield_now().await;
+                        let back = item.clone().giving_back();
+                        store.check(&[back]).await.expect("give back");
+                    }
+                }
+                taken
+            })
+        })
+        .collect();
+    let mut taken = 0;
+    for t in tasks {
+        taken += t.await.expect("task");
+    }
+    assert!(taken >= 8, "slots were taken: {taken}");
+    let read = Item::new(key, Limit::Algorithm(limiter), 0);
+    let reply = store.check(&[read]).await.expect("read");
+    assert_eq!(
+        reply.results[0].decision.remaining(),
+        8,
+        "every slot is free again"
+    );
+}
+
 async fn all_bodies(store: Arc<dyn Store>, clustered: bool) {
+    give_backs_return_what_counts_now(Arc::clone(&store), "t11_").await;
+    in_flight_slots_lose_no_update(Arc::clone(&store), "t12_").await;
     each_algorithm_admits_its_capacity(Arc::clone(&store), "t5_").await;
     all_or_nothing(Arc::clone(&store), "t6_").await;
     original_window_shares_the_original_counter(Arc::clone(&store), "t7_").await;

@@ -47,8 +47,8 @@ use tonic::transport::Channel;
 
 use super::{call, desc, request, Service};
 
-/// Every algorithm, as the harness names them.
-pub const ALGORITHMS: [AlgorithmName; 4] = AlgorithmName::ALL;
+/// Every rate algorithm, as the harness names them.
+pub const ALGORITHMS: [AlgorithmName; 4] = AlgorithmName::RATES;
 
 /// Requests per second of the timed patterns.
 pub const LIMIT: u64 = 10;

@@ -26,6 +26,8 @@ pub struct Row {
     under: AtomicU64,
     unverified: AtomicU64,
     by_policy: AtomicU64,
+    /// Cost given back (`is_negative_hits`), taken out of the contract.
+    refunded: AtomicU64,
     /// The most admitted in a trailing window of the contract.
     peak: AtomicU64,
     stats: metrics::AuditStats,
@@ -43,6 +45,7 @@ impl Row {
             under: AtomicU64::new(0),
             unverified: AtomicU64::new(0),
             by_policy: AtomicU64::new(0),
+            refunded: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             stats: metrics::AuditStats::register(rule),
         }
@@ -80,6 +83,11 @@ impl Row {
         }
     }
 
+    /// Counts `cost` given back to the limit and to its contract alike.
+    pub fn refunded(&self, cost: u64) {
+        self.refunded.fetch_add(cost, Relaxed);
+    }
+
     /// The row as `/audit` shows it.
     pub fn to_json(&self) -> serde_json::Value {
         let decisions = self.decisions.load(Relaxed);
@@ -100,6 +108,7 @@ impl Row {
             "under_rate": rate(under),
             "peak_in_window": peak,
             "by_policy": self.by_policy.load(Relaxed),
+            "refunded": self.refunded.load(Relaxed),
             "unverified": self.unverified.load(Relaxed),
             "bound": self.bound.to_json(),
             "within_bound": self.bound.holds(peak, over, under),

@@ -79,6 +79,12 @@ impl Bound {
             AlgorithmName::TokenBucket => {
                 (None, false, "exact: the bucket model itself".to_string())
             }
+            AlgorithmName::Concurrency => (
+                None,
+                false,
+                "exact: the slots model itself, given back by refunds and after max_duration"
+                    .to_string(),
+            ),
         };
         if facts.shards > 1 {
             text.push_str(

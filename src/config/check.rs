@@ -38,6 +38,8 @@ pub const VALID_KEYS: &[&str] = &[
     "lease",
     "calendar",
     "time_zone",
+    "max_in_flight",
+    "max_duration",
 ];
 
 /// A failed check: the message and the 1-based line of the offending node.

@@ -26,6 +26,17 @@ pub fn dump(tree: &DescriptorTree) -> String {
             let _ = write!(out, ", calendar: {calendar}");
         }
         for (i, l) in rule.limits.iter().enumerate() {
+            if let crate::limiter::Limiter::Concurrency(c) = &l.limiter {
+                let _ = write!(
+                    out,
+                    "{} concurrency {} in flight, max_duration {:?}",
+                    if i == 0 { ", limits:" } else { "," },
+                    c.rate().limit(),
+                    c.rate().window(),
+                );
+                write_failure(&mut out, &l.failure);
+                continue;
+            }
             let _ = write!(
                 out,
                 "{} {} {}/",

@@ -102,7 +102,7 @@ pub enum ConfigErrorKind {
     #[error("error parsing metadata: {0}")]
     Metadata(String),
     /// An `algorithm:` that is not one of ours (an extension key).
-    #[error("invalid rate limit algorithm '{0}' (expected one of fixed_window, sliding_window, token_bucket, sliding_log)")]
+    #[error("invalid rate limit algorithm '{0}' (expected one of fixed_window, sliding_window, token_bucket, sliding_log, concurrency)")]
     InvalidAlgorithm(String),
     /// `unit_multiplier: 0` (an extension key).
     #[error("unit_multiplier must be at least 1")]
@@ -172,6 +172,26 @@ pub enum ConfigErrorKind {
     /// `unlimited` or `replaces` inside `rate_limits`.
     #[error("'{0}' is not allowed inside rate_limits; put it in a single rate_limit")]
     NotAllowedInRateLimits(&'static str),
+    /// An in-flight limit with a key that only a windowed limit takes.
+    #[error("an in-flight limit (algorithm: concurrency) takes no {0}")]
+    ConcurrencyWith(&'static str),
+
+    /// An in-flight limit without its number of slots.
+    #[error("algorithm: concurrency needs max_in_flight")]
+    MissingMaxInFlight,
+
+    /// An in-flight limit without the time after which a slot returns.
+    #[error("algorithm: concurrency needs max_duration, the longest a slot is held when its release never comes")]
+    MissingMaxDuration,
+
+    /// A `max_duration` that is not a positive duration.
+    #[error("invalid max_duration '{0}' (expected a positive duration such as 60s or 1m30s)")]
+    InvalidMaxDuration(String),
+
+    /// `max_in_flight` or `max_duration` on another algorithm.
+    #[error("{0} applies to algorithm: concurrency only")]
+    InFlightWithoutConcurrency(&'static str),
+
     /// Two limits of one `rate_limits` with the same algorithm and window
     /// would share a store key.
     #[error("rate_limits has two {algorithm} limits over the same window of {seconds}s")]

@@ -72,6 +72,10 @@ pub(crate) struct RawRateLimit {
     /// Extension: `time_zone:` of a calendar ("" when absent), and its line.
     pub(crate) time_zone: String,
     pub(crate) time_zone_line: usize,
+    /// Extension: `max_in_flight:` of an in-flight limit.
+    pub(crate) max_in_flight: Option<u32>,
+    /// Extension: `max_duration:` of an in-flight limit ("" when absent).
+    pub(crate) max_duration: String,
 }
 
 /// One `replaces` entry.
@@ -274,6 +278,8 @@ impl Decoder {
                         "shards" => rl.shards = self.optional_uint32(value),
                         "lease" => rl.lease = self.bool(value),
                         "calendar" => rl.calendar = self.bool(value),
+                        "max_in_flight" => rl.max_in_flight = self.optional_uint32(value),
+                        "max_duration" => rl.max_duration = self.string(value),
                         "time_zone" => {
                             rl.time_zone = self.string(value);
                             rl.time_zone_line = value.line;

@@ -158,7 +158,7 @@ fn load_descriptors(
         };
         child.limit = rule.map(|(rl, unit)| {
             Arc::new(RateLimitRule {
-                requests_per_unit: rl.requests_per_unit,
+                requests_per_unit: limit_of(rl),
                 unit,
                 name: rl.name.clone(),
                 unlimited: rl.unlimited,
@@ -187,9 +187,105 @@ fn load_descriptors(
     Ok(())
 }
 
+/// Whether the block is an in-flight limit (`algorithm: concurrency`).
+fn is_concurrency(rl: &RawRateLimit) -> bool {
+    rl.algorithm == AlgorithmName::Concurrency.as_str()
+}
+
+/// What the block limits: `max_in_flight` for an in-flight limit, else
+/// `requests_per_unit`.
+fn limit_of(rl: &RawRateLimit) -> u32 {
+    match is_concurrency(rl) {
+        true => rl.max_in_flight.unwrap_or(0),
+        false => rl.requests_per_unit,
+    }
+}
+
+/// The in-flight keys: on another algorithm `max_in_flight` and
+/// `max_duration` are refused; an in-flight limit needs both and takes no
+/// key of a window. `Some(Unit::Unknown)` (its unit) for a valid in-flight
+/// limit, `None` for any other block.
+fn check_in_flight(rl: &RawRateLimit) -> Result<Option<Unit>, (ConfigErrorKind, Option<String>)> {
+    if !is_concurrency(rl) {
+        let stray = match (rl.max_in_flight.is_some(), !rl.max_duration.is_empty()) {
+            (true, _) => Some("max_in_flight"),
+            (_, true) => Some("max_duration"),
+            _ => None,
+        };
+        return match stray {
+            Some(key) => Err((
+                ConfigErrorKind::InFlightWithoutConcurrency(key),
+                Some("did you mean to add 'algorithm: concurrency'?".into()),
+            )),
+            None => Ok(None),
+        };
+    }
+    let window_keys = [
+        (
+            !rl.unit.is_empty(),
+            "unit",
+            "slots are held until their request ends, not for a window: drop unit",
+        ),
+        (
+            rl.requests_per_unit != 0,
+            "requests_per_unit",
+            "did you mean 'max_in_flight'?",
+        ),
+        (rl.unlimited, "unlimited", "drop the rule instead"),
+        (rl.calendar, "calendar", "drop calendar"),
+        (rl.burst.is_some(), "burst", "did you mean 'max_in_flight'?"),
+        (
+            rl.unit_multiplier.is_some(),
+            "unit_multiplier",
+            "did you mean 'max_duration'?",
+        ),
+        (
+            rl.shards.is_some(),
+            "shards",
+            "a slot's release must reach the sub-bucket its take did: drop shards",
+        ),
+        (rl.lease, "lease", "slots cannot be lent out: drop lease"),
+    ];
+    if let Some((_, key, hint)) = window_keys.into_iter().find(|(given, ..)| *given) {
+        return Err((ConfigErrorKind::ConcurrencyWith(key), Some(hint.into())));
+    }
+    if rl.max_in_flight.is_none() {
+        return Err((
+            ConfigErrorKind::MissingMaxInFlight,
+            Some("e.g. max_in_flight: 10".into()),
+        ));
+    }
+    if rl.max_duration.is_empty() {
+        return Err((
+            ConfigErrorKind::MissingMaxDuration,
+            Some("e.g. max_duration: 60s, the route's timeout".into()),
+        ));
+    }
+    max_duration_of(rl)?;
+    Ok(Some(Unit::Unknown))
+}
+
+/// An in-flight limit's `max_duration`.
+fn max_duration_of(
+    rl: &RawRateLimit,
+) -> Result<std::time::Duration, (ConfigErrorKind, Option<String>)> {
+    crate::settings::parse::parse_positive_duration(&rl.max_duration).map_err(|_| {
+        (
+            ConfigErrorKind::InvalidMaxDuration(rl.max_duration.clone()),
+            None,
+        )
+    })
+}
+
 /// The unit rules (a known unit, none on `unlimited`) and the `replaces` rules; returns the unit to
 /// store (UNKNOWN for unlimited rules).
 fn check_rate_limit(file: &str, rl: &RawRateLimit) -> Result<Unit, ConfigError> {
+    if let Some(unit) = check_in_flight(rl).map_err(|(kind, hint)| ConfigError {
+        hint,
+        ..ConfigError::new(file, kind, Some(rl.line))
+    })? {
+        return Ok(unit);
+    }
     let valid = Unit::from_name(&rl.unit).filter(|u| *u != Unit::Unknown);
     let unit = match (rl.unlimited, valid) {
         (true, Some(_)) => {
@@ -304,10 +400,10 @@ fn failure_policy(file: &str, rl: &RawRateLimit) -> Result<FailurePolicy, Config
         if mode != Some(FailureMode::Open) {
             return Err(err(ConfigErrorKind::FallbackWithoutOpen));
         }
-        if fallback == 0 || fallback > rl.requests_per_unit {
+        if fallback == 0 || fallback > limit_of(rl) {
             return Err(err(ConfigErrorKind::FallbackOutOfRange {
                 fallback,
-                limit: rl.requests_per_unit,
+                limit: limit_of(rl),
             }));
         }
     }
@@ -395,10 +491,14 @@ fn build_limit(file: &str, rl: &RawRateLimit) -> Result<ConfiguredLimit, ConfigE
     let unit = Unit::from_name(&rl.unit).unwrap_or(Unit::Unknown);
     let unit_seconds = unit.seconds().unwrap_or(1);
     let seconds = unit_seconds * u64::from(multiplier);
+    let period = match is_concurrency(rl) {
+        true => max_duration_of(rl).map_err(|(kind, _)| err(kind))?,
+        false => std::time::Duration::from_secs(seconds),
+    };
     let limiter = Limiter::new(
         algorithm,
-        u64::from(rl.requests_per_unit),
-        std::time::Duration::from_secs(seconds),
+        u64::from(limit_of(rl)),
+        period,
         rl.burst.map(u64::from),
     )
     .map_err(|e| err(ConfigErrorKind::InvalidLimit(e)))?;
@@ -414,13 +514,18 @@ fn build_limit(file: &str, rl: &RawRateLimit) -> Result<ConfiguredLimit, ConfigE
         Vec::new()
     };
     Ok(ConfiguredLimit {
-        requests_per_unit: rl.requests_per_unit,
+        requests_per_unit: limit_of(rl),
         unit,
         unit_multiplier: multiplier,
         name: rl.name.clone(),
         limiter,
         key_suffix: match &calendar {
             Some(c) => format!("cal:{}", c.unit()),
+            // An in-flight limit's slots, over its max_duration.
+            None if is_concurrency(rl) => match period.subsec_nanos() {
+                0 => format!("cc:{}s", period.as_secs()),
+                _ => format!("cc:{}ms", period.as_millis()),
+            },
             None => format!("{}:{seconds}s", algorithm.key_tag()),
         },
         failure: failure_policy(file, rl)?,
@@ -480,6 +585,78 @@ mod tests {
     }
 
     const HEAD: &str = "domain: d\ndescriptors:\n  - key: k\n";
+
+    #[test]
+    fn an_in_flight_limit_has_slots_and_a_max_duration() {
+        let rule = rule_of(&format!(
+            "{HEAD}    rate_limits:\n      - algorithm: concurrency\n        max_in_flight: 3\n        max_duration: 1m30s\n        failure_mode: open\n        fallback_requests_per_unit: 1\n"
+        ));
+        let l = &rule.limits[0];
+        assert_eq!(l.limiter.name(), AlgorithmName::Concurrency);
+        assert_eq!(
+            (l.limiter.limit(), l.limiter.period()),
+            (3, Duration::from_secs(90))
+        );
+        assert_eq!((rule.requests_per_unit, l.requests_per_unit), (3, 3));
+        assert_eq!(l.key_suffix, "cc:90s");
+        // The single form too, and beside a window on one descriptor.
+        let rule = rule_of(&format!(
+            "{HEAD}    rate_limits:\n      - algorithm: concurrency\n        max_in_flight: 10\n        max_duration: 500ms\n      - unit: minute\n        requests_per_unit: 100\n        algorithm: token_bucket\n"
+        ));
+        assert_eq!(rule.limits[0].key_suffix, "cc:500ms");
+        assert_eq!(rule.limits[1].limiter.name(), AlgorithmName::TokenBucket);
+        let single = rule_of(&format!(
+            "{HEAD}    rate_limit:\n      algorithm: concurrency\n      max_in_flight: 2\n      max_duration: 60s\n"
+        ));
+        assert_eq!(single.limits[0].limiter.capacity(), 2);
+    }
+
+    #[test]
+    fn an_in_flight_limit_refuses_what_only_a_window_takes() {
+        let rl = "    rate_limit:\n      algorithm: concurrency\n";
+        let slots = "      max_in_flight: 3\n      max_duration: 60s\n";
+        let cases = [
+            (format!("{HEAD}{rl}      max_duration: 60s\n"), ConfigErrorKind::MissingMaxInFlight),
+            (format!("{HEAD}{rl}      max_in_flight: 3\n"), ConfigErrorKind::MissingMaxDuration),
+            (
+                format!("{HEAD}{rl}      max_in_flight: 3\n      max_duration: soon\n"),
+                ConfigErrorKind::InvalidMaxDuration("soon".into()),
+            ),
+            (
+                format!("{HEAD}{rl}      max_in_flight: 3\n      max_duration: 0s\n"),
+                ConfigErrorKind::InvalidMaxDuration("0s".into()),
+            ),
+            (format!("{HEAD}{rl}{slots}      unit: minute\n"), ConfigErrorKind::ConcurrencyWith("unit")),
+            (
+                format!("{HEAD}{rl}{slots}      requests_per_unit: 3\n"),
+                ConfigErrorKind::ConcurrencyWith("requests_per_unit"),
+            ),
+            (format!("{HEAD}{rl}{slots}      calendar: true\n"), ConfigErrorKind::ConcurrencyWith("calendar")),
+            (format!("{HEAD}{rl}{slots}      shards: 2\n"), ConfigErrorKind::ConcurrencyWith("shards")),
+            (format!("{HEAD}{rl}{slots}      lease: true\n"), ConfigErrorKind::ConcurrencyWith("lease")),
+            (format!("{HEAD}{rl}{slots}      burst: 4\n"), ConfigErrorKind::ConcurrencyWith("burst")),
+            (
+                format!("{HEAD}{rl}      max_in_flight: 10001\n      max_duration: 60s\n"),
+                ConfigErrorKind::InvalidLimit(InvalidLimit::InFlightTooLarge { max_in_flight: 10_001, max: 10_000 }),
+            ),
+            (
+                format!("{HEAD}    rate_limit:\n      unit: minute\n      requests_per_unit: 3\n      algorithm: token_bucket\n      max_in_flight: 3\n"),
+                ConfigErrorKind::InFlightWithoutConcurrency("max_in_flight"),
+            ),
+            (
+                format!("{HEAD}    rate_limit:\n      unit: minute\n      requests_per_unit: 3\n      max_duration: 60s\n"),
+                ConfigErrorKind::InFlightWithoutConcurrency("max_duration"),
+            ),
+        ];
+        for (yaml, kind) in cases {
+            let e = error_of(&yaml);
+            assert_eq!(e.kind, kind, "{yaml}");
+            assert_eq!(e.line, Some(5), "the block's line: {yaml}");
+            assert!(e.to_string().starts_with("f.yaml: "), "{e}");
+        }
+        let e = error_of(&format!("{HEAD}{rl}      max_duration: 60s\n"));
+        assert_eq!(e.hint.as_deref(), Some("e.g. max_in_flight: 10"));
+    }
 
     #[test]
     fn the_original_vocabulary_keeps_the_original_fixed_window() {

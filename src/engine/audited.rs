@@ -24,6 +24,9 @@ pub(super) struct Audited {
     cost: u64,
     /// The contract is a window (its reference reports what it held).
     window: bool,
+    /// The subject gives back (`is_negative_hits`): so does its reference,
+    /// and it is counted as refunded, not compared.
+    give_back: bool,
 }
 
 /// The contract, key suffix and facts of an original-vocabulary rule;
@@ -88,9 +91,9 @@ pub(super) fn add_references(
         for (n, subject) in d.items.clone().enumerate() {
             let item = &work.items[subject];
             let counter = matches!(item.limit, Limit::Counter(_));
-            let eligible = match counter {
-                true => !(options.shadow_mode || rule.shadow_mode),
-                false => item.binding,
+            let eligible = match (counter || item.give_back, item.binding) {
+                (true, _) => !(options.shadow_mode || rule.shadow_mode),
+                (false, binding) => binding,
             };
             if !eligible {
                 continue;
@@ -121,16 +124,22 @@ pub(super) fn add_references(
                 row,
                 cost: d.hits,
                 window: !matches!(contract, Limiter::TokenBucket(_)),
+                give_back: item.give_back,
             });
+            let give_back = item.give_back;
             let node = options.placement.node_of(&key, false);
             let limit = Limit::Reference {
                 contract,
                 subject: Some(subject),
             };
-            work.items.push(Item {
+            let reference = Item {
                 binding: false,
                 node,
                 ..Item::new(key, limit, d.hits)
+            };
+            work.items.push(match give_back {
+                true => reference.giving_back(),
+                false => reference,
             });
         }
     }
@@ -140,6 +149,13 @@ pub(super) fn add_references(
 /// Records the outcome of every audited limit of a reply.
 pub(super) fn judge(audited: &[Audited], work: &Work, reply: &Reply) {
     for a in audited {
+        if a.give_back {
+            // What was admitted less what was given back is the contract's.
+            if reply.answers[a.reference].is_ok() {
+                a.row.refunded(a.cost);
+            }
+            continue;
+        }
         // A counter took iff it had a cost; the rest iff the work committed.
         let taken = match work.items[a.subject].limit {
             Limit::Counter(_) => a.cost > 0,

@@ -20,7 +20,11 @@
 //! time until the count falls (as the algorithm reports it); for a token
 //! bucket `w` is its refill period, `r` the tokens left, `t` the time until
 //! it is full again (when refused: until the next token), and the vendor
-//! parameter `rl-burst` gives its capacity.
+//! parameter `rl-burst` gives its capacity. An in-flight limit has no
+//! window: its policy is `q` slots of the draft's quota unit
+//! `qu="concurrent-requests"` with no `w`, and its state `r` free slots
+//! with no `t` (a slot comes back when a request ends, which no time
+//! says); `X-RateLimit-Limit` lists it without `w`.
 
 use std::time::Duration;
 
@@ -70,6 +74,13 @@ impl Policy {
             reset_seconds: status.duration_until_reset.map_or(0, ceil_seconds),
             burst: limit.burst,
         })
+    }
+}
+
+impl Policy {
+    /// Whether it is an in-flight limit (no window).
+    pub fn in_flight(&self) -> bool {
+        self.window_seconds == 0
     }
 }
 
@@ -131,18 +142,26 @@ pub fn ietf(policies: &[Policy], retry_after: Option<u64>) -> Vec<(String, Strin
     let mut policy = sfv::ListSerializer::new();
     let mut state = sfv::ListSerializer::new();
     for p in policies {
-        let mut item = policy
+        let item = policy
             .bare_item(sf_string(&p.name))
-            .parameter(sfv::key_ref("q"), int(p.quota))
-            .parameter(sfv::key_ref("w"), int(p.window_seconds));
+            .parameter(sfv::key_ref("q"), int(p.quota));
+        let mut item = match p.in_flight() {
+            true => item.parameter(sfv::key_ref("qu"), sfv::string_ref("concurrent-requests")),
+            false => item.parameter(sfv::key_ref("w"), int(p.window_seconds)),
+        };
         if let Some(b) = p.burst {
             item = item.parameter(sfv::key_ref("rl-burst"), int(b));
         }
         let _ = item.finish();
-        let _ = state
+        let item = state
             .bare_item(sf_string(&p.name))
-            .parameter(sfv::key_ref("r"), int(p.remaining))
-            .parameter(sfv::key_ref("t"), int(p.reset_seconds));
+            .parameter(sfv::key_ref("r"), int(p.remaining));
+        let _ = match p.in_flight() {
+            true => item.finish(),
+            false => item
+                .parameter(sfv::key_ref("t"), int(p.reset_seconds))
+                .finish(),
+        };
     }
     let mut out = Vec::new();
     if let (Some(policy), Some(state)) = (policy.finish(), state.finish()) {
@@ -162,9 +181,11 @@ pub fn x_ratelimit(chosen: &Policy, policies: &[(Policy, bool)]) -> Vec<(String,
     let mut limit = sfv::ListSerializer::new();
     let _ = limit.bare_item(int(chosen.quota));
     for (p, named) in policies {
-        let item = limit
-            .bare_item(int(p.quota))
-            .parameter(sfv::key_ref("w"), int(p.window_seconds));
+        let item = limit.bare_item(int(p.quota));
+        let item = match p.in_flight() {
+            true => item,
+            false => item.parameter(sfv::key_ref("w"), int(p.window_seconds)),
+        };
         let _ = if *named {
             item.parameter(sfv::key_ref("name"), sf_string(&p.name))
         } else {
@@ -333,6 +354,20 @@ mod tests {
         let refused = ietf(&p[..1], Some(0));
         assert_eq!(refused[2], ("Retry-After".to_string(), "1".to_string()));
         assert!(ietf(&[], None).is_empty());
+    }
+
+    #[test]
+    fn an_in_flight_limit_shows_slots_and_no_window() {
+        let slots = policy("tenant=acme", 3, 0, 1, 0, None);
+        let per_min = policy("per_min", 5, 60, 2, 41, None);
+        let fields = ietf(&[slots.clone(), per_min.clone()], None);
+        assert_eq!(
+            fields[0].1,
+            r#""tenant=acme";q=3;qu="concurrent-requests", "per_min";q=5;w=60"#
+        );
+        assert_eq!(fields[1].1, r#""tenant=acme";r=1, "per_min";r=2;t=41"#);
+        let x = x_ratelimit(&slots, &[(slots.clone(), false), (per_min, false)]);
+        assert_eq!(x[0].1, "3, 3, 5;w=60");
     }
 
     #[test]

@@ -64,6 +64,11 @@ impl LocalCache {
         self.cache.insert(key.to_string(), until);
     }
 
+    /// Forgets `key` (a refund may have brought it back within its limit).
+    pub fn remove(&self, key: &str) {
+        self.cache.remove(key);
+    }
+
     /// Entries currently held.
     pub fn len(&self) -> usize {
         self.cache.len()

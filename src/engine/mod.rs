@@ -478,7 +478,9 @@ impl Engine {
             let Some(limit) = limit else { continue };
             let hits = hits_of(request, index);
             let stats = self.stats.rule(&limit.stats_key, limit.stats_per_value);
-            stats.total_hits.increment(hits);
+            if !request.descriptors[index].is_negative_hits {
+                stats.total_hits.increment(hits);
+            }
             // The local cache is asked before any I/O, as the original does.
             let cached_over = |key: &str| {
                 self.local_cache
@@ -513,11 +515,28 @@ impl Engine {
         if !audited.is_empty() {
             audited::judge(&audited, &plan.work, &reply);
         }
-        // A reference's failure is the audit's, never the request's.
+        // A reference's failure is the audit's, never the request's; a
+        // give-back's is a lost refund, never the request's either.
+        let mut lost = vec![false; subjects];
         let answers = reply
             .answers
             .into_iter()
+            .zip(&plan.work.items)
             .take(subjects)
+            .enumerate()
+            .map(|(i, (answer, item))| match answer {
+                Err(_) if item.give_back => {
+                    lost[i] = true;
+                    Ok(Answer::ByPolicy(crate::store::PolicyAnswer {
+                        decision: crate::limiter::Decision::Allow {
+                            remaining: 0,
+                            reset_after: Duration::ZERO,
+                        },
+                        fell_back: false,
+                    }))
+                }
+                other => other,
+            })
             .collect::<Result<Vec<Answer>, StoreError>>()?;
 
         let mut statuses: Vec<DescriptorStatus> = matched
@@ -534,7 +553,14 @@ impl Engine {
             })
             .collect();
         let ratio = self.options.near_limit_ratio;
-        for d in &plan.descriptors {
+        for d in plan.descriptors.iter().filter(|d| d.give_back) {
+            let lost = lost[d.items.clone()].iter().any(|&l| l);
+            statuses[d.index] = status::given_back(d, &answers, lost, now);
+            if let (Some(cache), plan::Shape::Counted { key, .. }) = (&self.local_cache, &d.shape) {
+                cache.remove(key);
+            }
+        }
+        for d in plan.descriptors.iter().filter(|d| !d.give_back) {
             statuses[d.index] = status::status(
                 d,
                 &answers,
@@ -677,7 +703,9 @@ impl Engine {
 }
 
 /// The cost of descriptor `index`: its own `hits_addend` when present (even
-/// 0), else the request's, where 0 means 1.
+/// 0), else the request's, where 0 means 1. A descriptor with
+/// `is_negative_hits` gives back the same: an explicit 0 gives back
+/// nothing.
 fn hits_of(request: &RateLimitRequest, index: usize) -> u64 {
     request.descriptors[index]
         .hits_addend

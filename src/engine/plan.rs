@@ -35,6 +35,9 @@ pub(crate) struct Planned {
     pub(crate) limit: MatchedLimit,
     pub(crate) stats: Arc<RuleStats>,
     pub(crate) hits: u64,
+    /// It gives its hits back (`is_negative_hits`): its items are
+    /// give-backs, and its status is a refund's.
+    pub(crate) give_back: bool,
     /// Its items in the work (one per limit; none when the local cache
     /// answered it).
     pub(crate) items: Range<usize>,
@@ -140,6 +143,7 @@ impl Plan {
         cached_over: impl Fn(&str) -> bool,
     ) {
         let entries = &request.descriptors[index].entries;
+        let give_back = request.descriptors[index].is_negative_hits;
         let pattern = limit.share_threshold_key_pattern.as_deref();
         // The counter of a calendar's period: on a key that names the
         // period, expiring when it ends.
@@ -205,7 +209,8 @@ impl Plan {
                     window: Some(window),
                 }
             } else {
-                let cached = cached_over(&key);
+                // A give-back always reaches the store.
+                let cached = !give_back && cached_over(&key);
                 if !cached {
                     let binding = options.counter_binds(index, limit.rule.shadow_mode);
                     items.push(Item {
@@ -273,11 +278,18 @@ impl Plan {
             }
             Shape::Decided { window: None }
         };
+        if give_back {
+            for item in &mut self.work.items[first..] {
+                item.give_back = true;
+                item.binding = false;
+            }
+        }
         self.descriptors.push(Planned {
             index,
             limit,
             stats,
             hits,
+            give_back,
             items: first..self.work.items.len(),
             shape,
         });
@@ -304,7 +316,7 @@ impl Plan {
             .any(|d| cached(d) && options.counter_binds(d.index, d.limit.rule.shadow_mode));
         if options.stop_when_over && any_cached {
             for item in &mut self.work.items {
-                if let Limit::Counter(_) = item.limit {
+                if let (Limit::Counter(_), false) = (&item.limit, item.give_back) {
                     item.cost = 0;
                 }
             }

@@ -176,30 +176,7 @@ fn decided(
         .map(|(i, a)| logical(rule.limits.get(i), as_decided(a)))
         .collect();
     let answers = answers.as_slice();
-    // Capacity and reported limit of the descriptor's i-th limit.
-    let describe = |i: usize| -> (u64, CurrentLimit) {
-        match rule.limits.get(i) {
-            Some(l) => (
-                l.limiter.capacity(),
-                CurrentLimit {
-                    requests_per_unit: l.requests_per_unit,
-                    unit: l.unit,
-                    name: if l.name.is_empty() {
-                        rule.name.clone()
-                    } else {
-                        l.name.clone()
-                    },
-                    window_seconds: match &l.calendar {
-                        Some(c) => c.window_at(now_secs).length,
-                        None => l.limiter.period().as_secs(),
-                    },
-                    burst: matches!(l.limiter, crate::limiter::Limiter::TokenBucket(_))
-                        .then(|| l.limiter.capacity()),
-                },
-            ),
-            None => (u64::from(rule.requests_per_unit), current_limit(rule)),
-        }
-    };
+    let describe = |i: usize| describe(rule, i, now_secs);
     let chosen = closest_to_exhaustion(answers, |i| describe(i).0);
     let Some((i, answer)) = chosen.map(|i| (i, answers[i])) else {
         return DescriptorStatus::default();
@@ -246,6 +223,93 @@ fn decided(
         code,
         current_limit: Some(current),
         limit_remaining: u32::try_from(answer.decision.remaining()).unwrap_or(u32::MAX),
+        duration_until_reset: Some(until),
+    }
+}
+
+/// Capacity and reported limit of `rule`'s `i`-th limit at `now_secs`.
+fn describe(rule: &crate::config::RateLimitRule, i: usize, now_secs: u64) -> (u64, CurrentLimit) {
+    match rule.limits.get(i) {
+        Some(l) => (
+            l.limiter.capacity(),
+            CurrentLimit {
+                requests_per_unit: l.requests_per_unit,
+                unit: l.unit,
+                name: if l.name.is_empty() {
+                    rule.name.clone()
+                } else {
+                    l.name.clone()
+                },
+                window_seconds: match (&l.calendar, l.limiter) {
+                    (Some(c), _) => c.window_at(now_secs).length,
+                    // Slots have no window.
+                    (None, crate::limiter::Limiter::Concurrency(_)) => 0,
+                    (None, limiter) => limiter.period().as_secs(),
+                },
+                burst: matches!(l.limiter, crate::limiter::Limiter::TokenBucket(_))
+                    .then(|| l.limiter.capacity()),
+            },
+        ),
+        None => (u64::from(rule.requests_per_unit), current_limit(rule)),
+    }
+}
+
+/// The status of a descriptor that gave its hits back: OK whatever its
+/// answers say (a refund is never a refusal), with what its limit closest
+/// to exhaustion has left after it; its hits are counted as refunded, or
+/// as lost when the store could not take them (`lost`), and never as hits.
+pub(crate) fn given_back(
+    d: &Planned,
+    answers: &[Answer],
+    lost: bool,
+    now_secs: u64,
+) -> DescriptorStatus {
+    let rule = &d.limit.rule;
+    let refunds = d.stats.refunds();
+    match lost {
+        true => refunds.refund_lost.increment(d.hits),
+        false => refunds.refunded_hits.increment(d.hits),
+    }
+    let own: Vec<Decided> = answers[d.items.clone()]
+        .iter()
+        .enumerate()
+        .map(|(i, a)| logical(rule.limits.get(i), as_decided(a)))
+        .collect();
+    let (remaining, current, until) = match &d.shape {
+        Shape::Counted { window, .. } => (
+            own.first().map_or(0, |a| a.decision.remaining()),
+            windowed(current_limit(rule), *window),
+            Duration::from_secs(window.reset_after(now_secs)),
+        ),
+        Shape::Decided { window } => {
+            let allowed: Vec<Decided> = own
+                .iter()
+                .map(|a| Decided {
+                    decision: Decision::Allow {
+                        remaining: a.decision.remaining(),
+                        reset_after: a.decision.reset_after(),
+                    },
+                    ..*a
+                })
+                .collect();
+            let Some(i) = closest_to_exhaustion(&allowed, |i| describe(rule, i, now_secs).0) else {
+                return DescriptorStatus::default();
+            };
+            let until = match window {
+                Some(w) => Duration::from_secs(w.reset_after(now_secs)),
+                None => allowed[i].decision.reset_after(),
+            };
+            (
+                allowed[i].decision.remaining(),
+                describe(rule, i, now_secs).1,
+                until,
+            )
+        }
+    };
+    DescriptorStatus {
+        code: Code::Ok,
+        current_limit: Some(current),
+        limit_remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
         duration_until_reset: Some(until),
     }
 }

@@ -26,6 +26,9 @@ pub struct RequestDescriptor {
     pub limit: Option<LimitOverride>,
     /// Per-descriptor hits; when present (even 0) it wins over the request's.
     pub hits_addend: Option<u64>,
+    /// `is_negative_hits`: the descriptor gives its hits back (a refund,
+    /// or an in-flight slot's release) instead of taking them.
+    pub is_negative_hits: bool,
 }
 
 /// A status code (`RateLimitResponse.Code`).
@@ -50,7 +53,8 @@ pub struct CurrentLimit {
     /// The rule's name; "" when unnamed.
     pub name: String,
     /// The window (or a token bucket's refill period) in seconds, with
-    /// `unit_multiplier` applied: what the `w` of the RateLimit fields says.
+    /// `unit_multiplier` applied: what the `w` of the RateLimit fields says;
+    /// 0 for an in-flight limit, which has no window.
     pub window_seconds: u64,
     /// A token bucket's burst (its capacity); `None` for the other
     /// algorithms.

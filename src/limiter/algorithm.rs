@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::concurrency::Concurrency;
 use super::gcra::{Gcra, GcraState};
 use super::sliding_log::{SlidingLog, SlidingLogState};
 use super::sliding_window::{SlidingWindowCounter, SlidingWindowState};
@@ -54,3 +55,4 @@ algorithm!(Gcra, GcraState);
 algorithm!(SlidingWindowCounter, SlidingWindowState);
 algorithm!(SlidingLog, SlidingLogState);
 algorithm!(FixedWindowCounter, WindowCount);
+algorithm!(Concurrency, SlidingLogState);

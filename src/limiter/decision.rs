@@ -139,6 +139,14 @@ pub enum InvalidLimit {
         /// The longest supported refill, `u64::MAX` ns.
         max: Duration,
     },
+    /// `max_in_flight` above [`super::concurrency::MAX_IN_FLIGHT`].
+    #[error("max_in_flight {max_in_flight} is above the maximum of {max}")]
+    InFlightTooLarge {
+        /// The configured slots.
+        max_in_flight: u64,
+        /// The most accepted.
+        max: u64,
+    },
     /// A sliding log keeps one entry per admitted request, so its memory
     /// grows with the limit; limits above
     /// [`MAX_LOG_LIMIT`](crate::limiter::sliding_log::MAX_LOG_LIMIT) are

@@ -7,6 +7,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::algorithm::Algorithm;
+use super::concurrency::Concurrency;
 use super::gcra::{Gcra, GcraState};
 use super::sliding_log::{SlidingLog, SlidingLogState};
 use super::sliding_window::{SlidingWindowCounter, SlidingWindowState};
@@ -25,11 +26,23 @@ pub enum AlgorithmName {
     TokenBucket,
     /// `sliding_log`: exact, for small limits.
     SlidingLog,
+    /// `concurrency`: at most `max_in_flight` requests in flight.
+    Concurrency,
 }
 
 impl AlgorithmName {
     /// Every name, as written in the YAML.
-    pub const ALL: [AlgorithmName; 4] = [
+    pub const ALL: [AlgorithmName; 5] = [
+        AlgorithmName::FixedWindow,
+        AlgorithmName::SlidingWindow,
+        AlgorithmName::TokenBucket,
+        AlgorithmName::SlidingLog,
+        AlgorithmName::Concurrency,
+    ];
+
+    /// The algorithms that limit a rate over a window (every one but
+    /// `concurrency`, which limits what is in flight).
+    pub const RATES: [AlgorithmName; 4] = [
         AlgorithmName::FixedWindow,
         AlgorithmName::SlidingWindow,
         AlgorithmName::TokenBucket,
@@ -43,6 +56,7 @@ impl AlgorithmName {
             AlgorithmName::SlidingWindow => "sliding_window",
             AlgorithmName::TokenBucket => "token_bucket",
             AlgorithmName::SlidingLog => "sliding_log",
+            AlgorithmName::Concurrency => "concurrency",
         }
     }
 
@@ -53,6 +67,7 @@ impl AlgorithmName {
             AlgorithmName::SlidingWindow => "sw",
             AlgorithmName::TokenBucket => "tb",
             AlgorithmName::SlidingLog => "sl",
+            AlgorithmName::Concurrency => "cc",
         }
     }
 }
@@ -86,6 +101,8 @@ pub enum Limiter {
     TokenBucket(Gcra),
     /// See [`SlidingLog`].
     SlidingLog(SlidingLog),
+    /// See [`Concurrency`].
+    Concurrency(Concurrency),
 }
 
 /// The state of one key under a [`Limiter`].
@@ -99,11 +116,15 @@ pub enum LimiterState {
     TokenBucket(GcraState),
     /// A sliding log's entries.
     SlidingLog(SlidingLogState),
+    /// An in-flight limit's held slots.
+    Concurrency(SlidingLogState),
 }
 
 impl Limiter {
     /// `limit` per `period` with `algorithm`; `burst` is the token bucket's
-    /// capacity (default `limit`) and is refused for the others.
+    /// capacity (default `limit`) and is refused for the others. For
+    /// `concurrency`, `limit` is `max_in_flight` and `period` is
+    /// `max_duration`.
     pub fn new(
         algorithm: AlgorithmName,
         limit: u64,
@@ -124,6 +145,7 @@ impl Limiter {
                 Limiter::TokenBucket(Gcra::with_burst(limit, period, burst.unwrap_or(limit))?)
             }
             AlgorithmName::SlidingLog => Limiter::SlidingLog(SlidingLog::new(limit, period)?),
+            AlgorithmName::Concurrency => Limiter::Concurrency(Concurrency::new(limit, period)?),
         })
     }
 
@@ -134,16 +156,19 @@ impl Limiter {
             Limiter::SlidingWindow(_) => AlgorithmName::SlidingWindow,
             Limiter::TokenBucket(_) => AlgorithmName::TokenBucket,
             Limiter::SlidingLog(_) => AlgorithmName::SlidingLog,
+            Limiter::Concurrency(_) => AlgorithmName::Concurrency,
         }
     }
 
-    /// Its limit per window (for the token bucket: the refill rate).
+    /// Its limit per window (for the token bucket: the refill rate; for an
+    /// in-flight limit: `max_in_flight` per `max_duration`).
     pub fn rate(&self) -> PerWindow {
         match self {
             Limiter::FixedWindow(a) => a.rate(),
             Limiter::SlidingWindow(a) => a.rate(),
             Limiter::TokenBucket(a) => a.rate(),
             Limiter::SlidingLog(a) => a.rate(),
+            Limiter::Concurrency(a) => a.rate(),
         }
     }
 
@@ -227,7 +252,8 @@ impl Limiter {
                 }
                 LimiterState::SlidingWindow(w)
             }
-            (Limiter::SlidingLog(_), LimiterState::SlidingLog(mut log)) => {
+            (Limiter::SlidingLog(_), LimiterState::SlidingLog(mut log))
+            | (Limiter::Concurrency(_), LimiterState::Concurrency(mut log)) => {
                 // The newest entries admitted at `taken_at`, up to `cost`.
                 let mut left = cost;
                 while left > 0 {
@@ -241,9 +267,38 @@ impl Limiter {
                         log.hits.remove(i);
                     }
                 }
-                LimiterState::SlidingLog(log)
+                match self {
+                    Limiter::Concurrency(_) => LimiterState::Concurrency(log),
+                    _ => LimiterState::SlidingLog(log),
+                }
             }
             (_, other) => other,
+        }
+    }
+
+    /// `state` with `cost` given back at `now` by a refund that names no
+    /// admission (a descriptor with `is_negative_hits`): what the
+    /// algorithm counts for the current moment goes down by `cost`, never
+    /// below nothing.
+    ///
+    /// - a fixed window: the current window's count (a refund that lands
+    ///   in the next window finds nothing of the admission to give back);
+    /// - a sliding window: its current window's count, not the previous
+    ///   one's weight;
+    /// - a token bucket: `cost` tokens, never above the burst;
+    /// - a sliding log: its newest entries;
+    /// - an in-flight limit: its oldest held slots (see [`Concurrency`]).
+    ///
+    /// A state of another algorithm is returned unchanged.
+    pub fn give_back(&self, state: LimiterState, cost: u64, now: Duration) -> LimiterState {
+        match (self, state) {
+            (Limiter::SlidingLog(l), LimiterState::SlidingLog(s)) => {
+                LimiterState::SlidingLog(l.give_back(s, cost, now))
+            }
+            (Limiter::Concurrency(c), LimiterState::Concurrency(s)) => {
+                LimiterState::Concurrency(c.give_back(s, cost, now))
+            }
+            (_, s) => self.refund(s, cost, now, now),
         }
     }
 
@@ -260,6 +315,13 @@ impl Limiter {
                     _ => None,
                 };
                 LimiterState::SlidingLog(log.record(own, cost, now))
+            }
+            (Limiter::Concurrency(c), s) => {
+                let own = match s {
+                    Some(LimiterState::Concurrency(s)) => Some(s),
+                    _ => None,
+                };
+                LimiterState::Concurrency(c.record(own, cost, now))
             }
             (Limiter::TokenBucket(b), s) => {
                 let own = match s {
@@ -279,10 +341,12 @@ impl Limiter {
     }
 
     /// What a sliding log's `state` holds in its window at `now` (the sum
-    /// of the costs logged in `(now − window, now]`); 0 for the others.
+    /// of the costs logged in `(now − window, now]`), or an in-flight
+    /// limit's the slots it holds; 0 for the others.
     pub fn in_window(&self, state: Option<&LimiterState>, now: Duration) -> u64 {
         match (self, state) {
             (Limiter::SlidingLog(log), Some(LimiterState::SlidingLog(s))) => log.in_window(s, now),
+            (Limiter::Concurrency(c), Some(LimiterState::Concurrency(s))) => c.held(s, now),
             _ => 0,
         }
     }
@@ -291,10 +355,11 @@ impl Limiter {
     /// audit: for the window algorithms "at most `limit` admitted in any
     /// trailing window of its period" (an uncapped [`SlidingLog`]); for a
     /// token bucket the same bucket (GCRA is the exact model, to the
-    /// nanosecond).
+    /// nanosecond); for an in-flight limit the same slots.
     pub fn reference_of(&self) -> Result<Limiter, InvalidLimit> {
         match self {
             Limiter::TokenBucket(b) => Ok(Limiter::TokenBucket(*b)),
+            Limiter::Concurrency(c) => Ok(Limiter::Concurrency(*c)),
             other => Ok(Limiter::SlidingLog(SlidingLog::reference(
                 other.limit(),
                 other.period(),
@@ -344,6 +409,7 @@ impl Algorithm for Limiter {
             Limiter::SlidingWindow(a) => run!(a, SlidingWindow),
             Limiter::TokenBucket(a) => run!(a, TokenBucket),
             Limiter::SlidingLog(a) => run!(a, SlidingLog),
+            Limiter::Concurrency(a) => run!(a, Concurrency),
         }
     }
 
@@ -354,6 +420,7 @@ impl Algorithm for Limiter {
             (Limiter::SlidingWindow(a), LimiterState::SlidingWindow(s)) => a.expires_after(s, now),
             (Limiter::TokenBucket(a), LimiterState::TokenBucket(s)) => a.expires_after(s, now),
             (Limiter::SlidingLog(a), LimiterState::SlidingLog(s)) => a.expires_after(s, now),
+            (Limiter::Concurrency(a), LimiterState::Concurrency(s)) => a.expires_after(s, now),
             _ => Duration::ZERO,
         }
     }
@@ -467,6 +534,52 @@ mod tests {
     }
 
     #[test]
+    fn a_give_back_lowers_what_counts_now_and_never_below_nothing() {
+        let w = Duration::from_secs(10);
+        let t = Duration::from_secs(100);
+        for a in AlgorithmName::ALL {
+            let l = Limiter::new(a, 10, w, None).expect("valid");
+            // 14 hits each given back: never refused.
+            let mut state = None;
+            for i in 0..14u32 {
+                let now = t + Duration::from_millis(u64::from(i) * 100);
+                let (d, s) = l.decide(state, 1, now);
+                assert!(d.is_allowed(), "{a}: request {i}");
+                state = Some(l.give_back(s, 1, now));
+            }
+            // More given back than taken: the key is as good as empty.
+            let (_, s) = l.decide(state, 4, t + S);
+            let s = l.give_back(s, 50, t + S);
+            assert!(l.decide(Some(s.clone()), 10, t + S).0.is_allowed(), "{a}");
+            assert!(!l.decide(Some(s), 11, t + S).0.is_allowed(), "{a}");
+        }
+        // A sliding log gives back its newest entries.
+        let sl = Limiter::new(AlgorithmName::SlidingLog, 10, w, None).expect("valid");
+        let (_, s) = sl.decide(None, 5, t);
+        let (_, s) = sl.decide(Some(s), 5, t + 5 * S);
+        let s = sl.give_back(s, 5, t + 6 * S);
+        assert_eq!(sl.in_window(Some(&s), t + 9 * S), 5);
+        assert_eq!(
+            sl.in_window(Some(&s), t + 10 * S),
+            0,
+            "the older five remain"
+        );
+        // A fixed window's refund in the next window finds nothing to give.
+        let fw = Limiter::new(AlgorithmName::FixedWindow, 10, w, None).expect("valid");
+        let (_, s) = fw.decide(None, 10, Duration::from_secs(109));
+        let (_, s) = fw.decide(Some(s), 3, Duration::from_secs(110));
+        let s = fw.give_back(s, 10, Duration::from_secs(110));
+        assert!(fw
+            .decide(Some(s.clone()), 10, Duration::from_secs(110))
+            .0
+            .is_allowed());
+        assert!(!fw
+            .decide(Some(s), 11, Duration::from_secs(110))
+            .0
+            .is_allowed());
+    }
+
+    #[test]
     fn names_round_trip() {
         for a in AlgorithmName::ALL {
             assert_eq!(a.as_str().parse::<AlgorithmName>(), Ok(a));
@@ -528,6 +641,7 @@ mod tests {
             (AlgorithmName::SlidingWindow, true),
             (AlgorithmName::SlidingLog, true),
             (AlgorithmName::TokenBucket, true),
+            (AlgorithmName::Concurrency, true),
         ] {
             let l = Limiter::new(a, 10, s, None).expect("valid");
             assert_eq!(l.refills(), refills, "{a}");

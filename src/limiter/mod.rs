@@ -15,6 +15,8 @@
 //!   [`sliding_log`] (exact, limits up to [`MAX_LOG_LIMIT`]),
 //!   [`window_counter`] (fixed window of any length that counts only what
 //!   it admits, at most 2 × limit across a boundary);
+//! - [`concurrency`]: in-flight limits (slots taken by a hit, given back
+//!   by a refund or by themselves after `max_duration`), with their bound;
 //! - [`per_window`]: "at most `limit` per `window`", what the window
 //!   algorithms share;
 //! - [`decision`]: what they answer: allow with remaining, or deny with a
@@ -23,6 +25,7 @@
 pub mod algorithm;
 pub mod calendar;
 pub mod clock;
+pub mod concurrency;
 pub mod decision;
 pub mod fixed_window;
 pub mod gcra;
@@ -38,6 +41,7 @@ pub mod window_counter;
 pub use algorithm::Algorithm;
 pub use calendar::{Calendar, CalendarError, CalendarUnit};
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use concurrency::{Concurrency, MAX_IN_FLIGHT};
 pub use decision::{Decision, InvalidLimit};
 pub use gcra::{Gcra, GcraState};
 pub use limit::{AlgorithmName, Limiter, LimiterState};

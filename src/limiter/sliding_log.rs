@@ -120,6 +120,25 @@ impl SlidingLog {
         state
     }
 
+    /// `state` with `cost` given back at `now` from its newest entries (a
+    /// refund of the latest admissions); never fewer than none logged.
+    pub fn give_back(&self, state: SlidingLogState, cost: u64, now: Duration) -> SlidingLogState {
+        let (mut state, _) = self.pruned(Some(state), now);
+        let mut left = cost;
+        while left > 0 {
+            let Some(newest) = state.hits.back_mut() else {
+                break;
+            };
+            let take = left.min(newest.cost);
+            newest.cost -= take;
+            left -= take;
+            if newest.cost == 0 {
+                state.hits.pop_back();
+            }
+        }
+        state
+    }
+
     /// The costs `state` holds in the window ending at `now` (or at its
     /// high-water mark, if later).
     pub fn in_window(&self, state: &SlidingLogState, now: Duration) -> u64 {

@@ -147,9 +147,35 @@ pub struct RuleStats {
     pub within_limit: Counter,
     /// `<key>.shadow_mode`.
     pub shadow_mode: Counter,
+    /// Ours, registered on a rule's first refund: see [`RefundStats`].
+    refunds: std::sync::OnceLock<RefundStats>,
+    base: String,
+}
+
+/// A rule's refund counters (ours; registered on the rule's first
+/// `is_negative_hits` descriptor, so a config that sends none shows none):
+/// `<key>.refunded_hits` (hits given back, never counted in `total_hits`,
+/// `over_limit` or `within_limit`) and `<key>.refund_lost` (hits whose
+/// give-back the store could not take, left counted until their window
+/// ends or their slot returns by itself). Prometheus:
+/// `ratelimit_service_rate_limit_refunded_hits{domain,key1…}`.
+#[derive(Debug, Clone)]
+pub struct RefundStats {
+    /// `<key>.refunded_hits`.
+    pub refunded_hits: Counter,
+    /// `<key>.refund_lost`.
+    pub refund_lost: Counter,
 }
 
 impl RuleStats {
+    /// The rule's refund counters, registered on first use.
+    pub fn refunds(&self) -> &RefundStats {
+        self.refunds.get_or_init(|| RefundStats {
+            refunded_hits: metrics::counter!(format!("{}.refunded_hits", self.base)),
+            refund_lost: metrics::counter!(format!("{}.refund_lost", self.base)),
+        })
+    }
+
     fn register(stats_key: &str) -> RuleStats {
         let base = format!("{RATE_LIMIT_PREFIX}{}", sanitize(stats_key));
         let c = |stat: &str| metrics::counter!(format!("{base}.{stat}"));
@@ -160,6 +186,8 @@ impl RuleStats {
             over_limit_with_local_cache: c("over_limit_with_local_cache"),
             within_limit: c("within_limit"),
             shadow_mode: c("shadow_mode"),
+            refunds: std::sync::OnceLock::new(),
+            base,
         }
     }
 }

@@ -14,6 +14,11 @@
 //!   known here;
 //! - `Error`: left failing, so the call fails as the original's does.
 //!
+//! A give-back (`is_negative_hits`) the store could not take is given to
+//! an open rule's floor (so that a floor of in-flight slots gets its slots
+//! back); under the other policies it is left failing, never denied: a
+//! refund is never a refusal, and the engine reports it lost.
+//!
 //! Errors that are the store's answer (a Redis error reply) are not
 //! failures of reachability and are never answered by policy.
 
@@ -76,6 +81,7 @@ fn floor_of(item: &Item, fallback: u64) -> Option<Item> {
     };
     Some(Item {
         binding: false,
+        give_back: item.give_back,
         ..Item::new(item.key.clone(), limit, item.cost)
     })
 }
@@ -130,6 +136,7 @@ impl<S: Store> Store for Fallback<S> {
             }
             match work.items[i].on_failure {
                 OnFailure::Error => {}
+                OnFailure::Closed if work.items[i].give_back => {}
                 OnFailure::Closed => {
                     ::metrics::counter!(metrics::STORE_FAIL_CLOSED_DENIAL).increment(1);
                     *answer = Ok(closed(e));

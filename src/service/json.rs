@@ -94,11 +94,11 @@ fn descriptor(v: &Value) -> Result<RequestDescriptor, JsonError> {
             "limit" => d.limit = Some(limit(v)?),
             "hitsAddend" | "hits_addend" if v.is_null() => {}
             "hitsAddend" | "hits_addend" => d.hits_addend = Some(uint(v, k, u64::MAX)?),
-            "isNegativeHits" | "is_negative_hits" => {
-                if !matches!(v, Value::Bool(_) | Value::Null) {
-                    return err(format!("{k} must be a boolean"));
-                }
-            }
+            "isNegativeHits" | "is_negative_hits" => match v {
+                Value::Bool(b) => d.is_negative_hits = *b,
+                Value::Null => {}
+                _ => return err(format!("{k} must be a boolean")),
+            },
             other => return err(format!("unknown field {other:?} in descriptor")),
         }
     }
@@ -273,6 +273,16 @@ mod tests {
         assert_eq!(r.hits_addend, 2);
         assert_eq!(r.descriptors[0].hits_addend, Some(0));
         assert_eq!(r.descriptors[1].hits_addend, None);
+        assert!(!r.descriptors[0].is_negative_hits);
+        let refund = parse_request(
+            br#"{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}],"hits_addend":1,"is_negative_hits":true},{"entries":[],"isNegativeHits":false}]}"#,
+        )
+        .expect("valid");
+        assert!(refund.descriptors[0].is_negative_hits && !refund.descriptors[1].is_negative_hits);
+        assert!(parse_request(
+            br#"{"domain":"d","descriptors":[{"entries":[],"is_negative_hits":1}]}"#
+        )
+        .is_err());
         assert_eq!(
             r.descriptors[0].limit,
             Some(LimitOverride {

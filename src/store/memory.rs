@@ -205,7 +205,7 @@ impl MemoryStore {
         }
         for (item, &id) in work.items.iter().zip(ids) {
             let shard = locked.shard(id);
-            if item.cost == 0 || shard.len() < self.per_shard || shard.holds(id) {
+            if item.taken() == 0 || shard.len() < self.per_shard || shard.holds(id) {
                 continue;
             }
             if now.saturating_sub(shard.swept_at) >= Duration::from_secs(1) {
@@ -393,6 +393,23 @@ impl MemoryStore {
                 }
             }
         }
+        // Give-backs first, whatever the rest decides.
+        for (item, &id) in items.iter().zip(&ids).filter(|(item, _)| item.give_back) {
+            match &item.limit {
+                Limit::Algorithm(l) | Limit::Reference { contract: l, .. } => {
+                    if let Some(state) = locked.state(id, now) {
+                        let state = l.give_back(state, item.cost, now);
+                        locked.set_state(id, l, state, now);
+                    }
+                }
+                // The key names its window: the current one's count.
+                Limit::Counter(_) | Limit::Window(_) => {
+                    if let Some(c) = locked.shard(id).counters.get_mut(&id) {
+                        c.count = c.count.saturating_sub(item.cost);
+                    }
+                }
+            }
+        }
         // STOP: which counters would pass their limit.
         let stopping = work.policy == Policy::CommitStopping;
         let exceeds: Vec<bool> = match stopping {
@@ -400,7 +417,7 @@ impl MemoryStore {
                 .iter()
                 .zip(&ids)
                 .map(|(item, &id)| match &item.limit {
-                    Limit::Counter(w) => {
+                    Limit::Counter(w) if !item.give_back => {
                         locked.counter(id, now_secs).saturating_add(item.cost) > w.limit
                     }
                     _ => false,
@@ -425,6 +442,10 @@ impl MemoryStore {
         let mut taken = vec![false; if followed { items.len() } else { 0 }];
         for (i, (item, &id)) in items.iter().zip(&ids).enumerate() {
             match &item.limit {
+                Limit::Counter(w) if item.give_back => {
+                    let after = locked.counter(id, now_secs);
+                    results.push((w.decision(after, now_secs), after, after));
+                }
                 Limit::Counter(w) => {
                     let hits = match (counts_taken, stopping && any_exceeds) {
                         (false, _) => 0,
@@ -444,9 +465,9 @@ impl MemoryStore {
                         Some(state) => window_count(&Some(state.clone())),
                         None => locked.counter(id, now_secs),
                     };
-                    let decision = w.decide(before, item.cost, now_secs);
+                    let decision = w.decide(before, item.taken(), now_secs);
                     let mut after = before;
-                    if decision.is_allowed() && item.cost > 0 {
+                    if decision.is_allowed() && item.taken() > 0 {
                         after = before + item.cost;
                         let next = LimiterState::FixedWindow(WindowCount {
                             window_start: Duration::from_secs(w.window.start),
@@ -459,8 +480,8 @@ impl MemoryStore {
                 }
                 Limit::Algorithm(limiter) => {
                     let state = pending.get(&id).cloned().or_else(|| locked.state(id, now));
-                    let (decision, next) = limiter.decide(state, item.cost, now);
-                    if decision.is_allowed() && item.cost > 0 {
+                    let (decision, next) = limiter.decide(state, item.taken(), now);
+                    if decision.is_allowed() && item.taken() > 0 {
                         pending.insert(id, next.clone());
                         writes.push((id, Write::State(*limiter, next)));
                     }
@@ -469,8 +490,8 @@ impl MemoryStore {
                 Limit::Reference { contract, subject } => {
                     let state = pending.get(&id).cloned().or_else(|| locked.state(id, now));
                     let held = contract.in_window(state.as_ref(), now);
-                    let (decision, _) = contract.decide(state.clone(), item.cost, now);
-                    if item.cost > 0 {
+                    let (decision, _) = contract.decide(state.clone(), item.taken(), now);
+                    if item.taken() > 0 {
                         let next = contract.record(state, item.cost, now);
                         let follows_counter = subject
                             .and_then(|s| items.get(s))

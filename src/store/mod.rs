@@ -101,6 +101,14 @@ pub struct Item {
     pub limit: Limit,
     /// The request's cost (`hits_addend`); 0 reads without taking.
     pub cost: u64,
+    /// The item gives `cost` back instead of taking it (a descriptor with
+    /// `is_negative_hits`): see [`Limiter::give_back`] for what comes back
+    /// per algorithm; the original's counters go down, never below 0. It
+    /// is applied at the store's time before the work's other items are
+    /// decided, whatever the policy and they decide, never binds, and
+    /// answers what a read of its key decides after (never a refusal of
+    /// its own doing: its answer is the engine's to report as admitted).
+    pub give_back: bool,
     /// Whether a refusal of this item stops the work's other items from
     /// being taken (false for shadow-mode limits and quotas, which only
     /// report, and for references).
@@ -125,10 +133,31 @@ impl Item {
             key: key.into(),
             limit,
             cost,
+            give_back: false,
             binding: true,
             on_failure: OnFailure::Error,
             lease: false,
             node: None,
+        }
+    }
+
+    /// The same item giving its cost back (see [`Item::give_back`]); it
+    /// never binds.
+    pub fn giving_back(self) -> Item {
+        Item {
+            give_back: true,
+            binding: false,
+            ..self
+        }
+    }
+
+    /// What the item takes when it is decided: its cost, or nothing when it
+    /// gives back.
+    pub fn taken(&self) -> u64 {
+        if self.give_back {
+            0
+        } else {
+            self.cost
         }
     }
 }

@@ -232,6 +232,10 @@ impl<S: Store + 'static> Leases<S> {
         let mut steps = Vec::with_capacity(items.len());
         let mut waits = Vec::new();
         for c in items {
+            if c.give_back && c.lease {
+                steps.push(self.give_back_locally(c, now).unwrap_or(Step::Store));
+                continue;
+            }
             let leasable = c.lease && c.binding && c.cost > 0;
             let Limit::Algorithm(limiter) = c.limit else {
                 steps.push(Step::Store);
@@ -299,10 +303,28 @@ impl<S: Store + 'static> Leases<S> {
         (steps, waits)
     }
 
-    /// Puts back what `steps` spent from leases (the request was refused).
+    /// A give-back of a key that holds a live lease here: its cost goes
+    /// into the lease, which returns it to the store with what else it
+    /// holds when it ends. `None` without a live lease (the store takes it).
+    fn give_back_locally(&self, c: &Item, now: Duration) -> Option<Step> {
+        let mut map = self.table.shard(&c.key);
+        let lease = map
+            .get_mut(c.key.as_str())
+            .and_then(|s| s.lease.as_mut())
+            .filter(|l| l.is_live(now))?;
+        lease.unspend(c.cost);
+        let decision = Decision::Allow {
+            remaining: lease.store_remaining.saturating_add(lease.tokens),
+            reset_after: lease.resets_at.saturating_sub(now),
+        };
+        Some(Step::Local(decision, lease.taken_at))
+    }
+
+    /// Puts back what `steps` spent from leases (the request was refused);
+    /// a give-back stays given.
     fn unspend(&self, items: &[Item], steps: &[Step]) {
         for (c, step) in items.iter().zip(steps) {
-            if let Step::Local(d, _) = step {
+            if let (false, Step::Local(d, _)) = (c.give_back, step) {
                 if d.is_allowed() {
                     if let Some(l) = self
                         .table

@@ -33,6 +33,7 @@ impl From<pb::RateLimitRequest> for RateLimitRequest {
                         unit: l.unit,
                     }),
                     hits_addend: d.hits_addend.map(|h| h.value),
+                    is_negative_hits: d.is_negative_hits,
                 })
                 .collect(),
             hits_addend: r.hits_addend,
@@ -130,11 +131,11 @@ mod tests {
                         value: "v".into(),
                     }],
                     hits_addend: Some(wkt::UInt64Value { value: 0 }),
+                    is_negative_hits: true,
                     limit: Some(common::rate_limit_descriptor::RateLimitOverride {
                         requests_per_unit: 3,
                         unit: 9,
                     }),
-                    ..Default::default()
                 },
                 common::RateLimitDescriptor::default(),
             ],
@@ -143,6 +144,7 @@ mod tests {
         let r = RateLimitRequest::from(wire);
         assert_eq!(r.descriptors[0].hits_addend, Some(0));
         assert_eq!(r.descriptors[1].hits_addend, None);
+        assert!(r.descriptors[0].is_negative_hits && !r.descriptors[1].is_negative_hits);
         assert_eq!(r.descriptors[0].limit.map(|l| l.unit), Some(9));
         assert_eq!(r.descriptors[0].entries, vec![Entry::new("k", "v")]);
     }

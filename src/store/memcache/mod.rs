@@ -354,19 +354,21 @@ impl MemcacheStore {
                 }
             }
         }
-        // Increments after the answer, not awaited (as the original).
-        let increments: Vec<(Arc<Server>, String, u64, u64)> = answered
+        // Increments (and a give-back's decrement) after the answer, not
+        // awaited (as the original).
+        let increments: Vec<Change> = answered
             .into_iter()
             .filter(|&i| items[i].cost > 0)
             .filter_map(|i| {
                 let inc = &items[i];
                 let w = inc.limit.original_window()?;
-                Some((
-                    Arc::clone(&servers[MemcacheStore::server_of(&servers, &inc.key)]),
-                    inc.key.clone(),
-                    inc.cost,
-                    w.expiry_seconds(),
-                ))
+                Some(Change {
+                    server: Arc::clone(&servers[MemcacheStore::server_of(&servers, &inc.key)]),
+                    key: inc.key.clone(),
+                    hits: inc.cost,
+                    ttl: w.expiry_seconds(),
+                    give_back: inc.give_back,
+                })
             })
             .collect();
         if !increments.is_empty() {
@@ -382,10 +384,22 @@ impl MemcacheStore {
 /// Why memcache refuses an item that is not the original's counter.
 pub const ONLY_COUNTERS: &str = "the memcache backend counts the original's fixed windows only; the opt-in algorithms, ALL_OR_NOTHING, shards, leases and the decision audit need BACKEND_TYPE=redis or memory";
 
+/// One counter's change after the answer: `hits` added, or given back.
+struct Change {
+    server: Arc<Server>,
+    key: String,
+    hits: u64,
+    ttl: u64,
+    give_back: bool,
+}
+
 /// A counter's answer from its value before the increment (which memcache
-/// makes after answering, as the original).
+/// makes after answering, as the original); a give-back's after it.
 fn counted(item: &Item, before: u64) -> Answer {
-    let after = before.saturating_add(item.cost);
+    let after = match item.give_back {
+        true => before.saturating_sub(item.cost),
+        false => before.saturating_add(item.cost),
+    };
     let now = crate::limiter::Clock::now(&crate::limiter::SystemClock);
     let decision = match item.limit.original_window() {
         Some(w) => w.decision(after, now.as_secs()),
@@ -401,18 +415,29 @@ fn counted(item: &Item, before: u64) -> Answer {
     })
 }
 
-/// The increments of one request, concurrently; failures are logged.
-async fn increment_all(increments: Vec<(Arc<Server>, String, u64, u64)>) {
+/// The increments of one request, concurrently; failures are logged. A
+/// give-back is a `decr` (memcached stops at 0; a missing key has nothing
+/// to give back).
+async fn increment_all(increments: Vec<Change>) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let all = increments
-        .iter()
-        .map(|(server, key, hits, ttl)| async move {
-            if let Err(e) = increment(server, key, *hits, protocol::exptime(*ttl, now)).await {
-                tracing::error!("memcache increment of {key} on {}: {e}", server.addr);
-            }
-        });
+    let all = increments.iter().map(|c| async move {
+        let (server, key) = (&c.server, c.key.as_str());
+        let done = match c.give_back {
+            true => match server
+                .command(&protocol::decr(key, c.hits), false, None)
+                .await
+            {
+                Ok(Said::Number(_) | Said::NotFound) => Ok(()),
+                other => Err(unexpected(other)),
+            },
+            false => increment(server, key, c.hits, protocol::exptime(c.ttl, now)).await,
+        };
+        if let Err(e) = done {
+            tracing::error!("memcache increment of {key} on {}: {e}", server.addr);
+        }
+    });
     futures::future::join_all(all).await;
 }
 

@@ -59,6 +59,11 @@ pub fn incr(key: &str, by: u64) -> Vec<u8> {
     format!("incr {key} {by}\r\n").into_bytes()
 }
 
+/// `decr <key> <by>\r\n`: memcached stops at 0.
+pub fn decr(key: &str, by: u64) -> Vec<u8> {
+    format!("decr {key} {by}\r\n").into_bytes()
+}
+
 /// `add <key> 0 <exptime> <len>\r\n<value>\r\n`.
 pub fn add(key: &str, value: &str, exptime: u64) -> Vec<u8> {
     format!("add {key} 0 {exptime} {}\r\n{value}\r\n", value.len()).into_bytes()

@@ -65,6 +65,8 @@ impl Part<'_> {
             let c = &self.items[i];
             let (kind, limit, period, burst) = fields(&c.limit);
             let flag = match (&c.limit, c.binding) {
+                // A give-back, whatever it is.
+                _ if c.give_back => 2,
                 // -(j + 1) for a counter subject, the group's 1-based item
                 // j; -1 for the commit.
                 (Limit::Reference { subject, .. }, _) => {
@@ -107,14 +109,15 @@ impl Part<'_> {
     }
 
     /// Whether the group for `mode` over `positions` is a compact one: the
-    /// original's counters alone, in a mode that counts them without STOP
+    /// original's counters alone, none giving back, in a mode that counts them without STOP
     /// (commit or decide). Such a group needs no decision in Redis, only
     /// the increments; [`Part::compact_commits`] decides it from the values.
     pub(super) fn is_compact(&self, mode: &str, positions: &[usize]) -> bool {
         matches!(mode, "commit" | "decide")
-            && positions
-                .iter()
-                .all(|&i| matches!(self.items[i].limit, Limit::Counter(_)))
+            && positions.iter().all(|&i| {
+                let item = &self.items[i];
+                matches!(item.limit, Limit::Counter(_)) && !item.give_back
+            })
     }
 
     /// The compact group: the one cost, TTL and jitter bound of all its

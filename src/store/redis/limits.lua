@@ -25,9 +25,15 @@
 -- expiry jitter bound in s), counted the original's way (INCRBY, EXPIRE
 -- when it creates the key, see `created`); "ow" the same
 -- counter decided before it is counted; "fw", "sw", "tb", "sl" the opt-in
--- algorithms (period in µs).
+-- algorithms and "cc" the in-flight limit (limit: max_in_flight; period:
+-- max_duration), all with the period in µs.
 --
--- Flag: 1 binding, 0 not; negative, the decision audit's reference of
+-- Flag: 1 binding, 0 not; 2 a give-back (is_negative_hits): before the
+-- group's other items are decided, and whatever they decide, its cost
+-- comes back to what counts now (a window's current count, never below 0;
+-- a bucket's tokens, never above the burst; a sliding log's newest entries;
+-- an in-flight limit's oldest slots), then it answers as a read, never
+-- binding; negative, the decision audit's reference of
 -- another item, never binding, whose cost is recorded even where it would
 -- refuse: -1 iff the group commits, -(j + 1) iff counter j of the group was
 -- incremented and is within its limit. Its count is what it held before.
@@ -111,24 +117,50 @@ local function build_general()
       if k then call('SET', key, string.format('%d:%d:%d', k, a, b), 'KEEPTTL') end
     elseif kind == 'ow' then
       if call('EXISTS', key) == 1 then call('DECRBY', key, cost) end
-    elseif kind == 'sl' then
+    elseif kind == 'sl' or kind == 'cc' then
       for j = 1, cost do
         call('ZREM', key, string.format('%d:%s:%d', tc, nonce, j))
       end
     end
   end
 
+  -- Gives `cost` back to what counts now on an item's key (flag 2).
+  local function give_back(kind, key, limit, period, cost)
+    if cost <= 0 then return end
+    if kind == 'oc' or kind == 'ow' then
+      local v = tonumber(call('GET', key))
+      if v then call('SET', key, string.format('%d', math.max(v - cost, 0)), 'KEEPTTL') end
+    elseif kind == 'sl' or kind == 'cc' then
+      call('ZREMRANGEBYSCORE', key, '-inf', now - period)
+      -- One member per unit of cost: a log's newest, a slot's oldest.
+      if kind == 'sl' then call('ZPOPMAX', key, cost) else call('ZPOPMIN', key, cost) end
+    else
+      refund(kind, key, limit, period, cost, now, '')
+    end
+  end
+
   -- One group: its items are ARGV[base + 1 ..] and KT[key_at + 1 ..].
   local function run_group(mode, nonce, tc, n, key_at, base, out)
+    -- A give-back's cost is given back first; it is then decided as a read.
     local function item(i)
       local o = base + (i - 1) * 6
+      local flag = tonumber(ARGV[o + 6])
+      local cost = tonumber(ARGV[o + 5])
+      if flag == 2 then cost = 0 end
       return ARGV[o + 1], tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]),
-        tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5]), tonumber(ARGV[o + 6])
+        tonumber(ARGV[o + 4]), cost, flag
     end
 
     local counting = mode == 'commit' or mode == 'stop' or mode == 'decide'
     for i = 1, n do
       if ARGV[base + (i - 1) * 6 + 1] ~= 'oc' then read_time() break end
+    end
+    for i = 1, n do
+      local o = base + (i - 1) * 6
+      if ARGV[o + 6] == '2' then
+        give_back(ARGV[o + 1], KT[key_at + i], tonumber(ARGV[o + 2]),
+          tonumber(ARGV[o + 3]), tonumber(ARGV[o + 5]))
+      end
     end
     if mode == 'refund' then
       for i = 1, n do
@@ -141,8 +173,8 @@ local function build_general()
     local over, any = {}, false
     if mode == 'stop' then
       for i = 1, n do
-        local kind, limit, _, _, cost = item(i)
-        if kind == 'oc' then
+        local kind, limit, _, _, cost, flag = item(i)
+        if kind == 'oc' and flag ~= 2 then
           over[i] = (tonumber(call('GET', KT[key_at + i])) or 0) + cost > limit
           any = any or over[i]
         end
@@ -171,7 +203,7 @@ local function build_general()
 
       if kind == 'oc' then
         local v
-        if not counting then v = tonumber(call('GET', key)) or 0
+        if not counting or flag == 2 then v = tonumber(call('GET', key)) or 0
         else
           local hits = cost
           if any and not over[i] then hits = 0 end
@@ -283,8 +315,9 @@ local function build_general()
             end
           else code, retry, reset = 0, until_end, until_end end
 
-        elseif kind == 'sl' then
+        elseif kind == 'sl' or kind == 'cc' then
           -- One member per unit of cost, scored by its time; keep (now - w, now].
+          -- An in-flight limit's slots are the same log over max_duration.
           local w = period
           if not p then
             call('ZREMRANGEBYSCORE', key, '-inf', now - w)

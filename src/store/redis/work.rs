@@ -87,12 +87,14 @@ pub(super) async fn execute(
             items,
         })
         .collect();
-    // Names a sliding log's entries (a reference's too), so that a refund
-    // removes exactly them; nothing else reads it.
+    // Names a sliding log's entries and an in-flight limit's slots (a
+    // reference's too), so that a refund removes exactly them; nothing else
+    // reads it.
     let needs_nonce = items.iter().any(|c| match &c.limit {
-        Limit::Algorithm(l) | Limit::Reference { contract: l, .. } => {
-            l.name() == crate::limiter::AlgorithmName::SlidingLog
-        }
+        Limit::Algorithm(l) | Limit::Reference { contract: l, .. } => matches!(
+            l.name(),
+            crate::limiter::AlgorithmName::SlidingLog | crate::limiter::AlgorithmName::Concurrency
+        ),
         _ => false,
     });
     let nonce = match needs_nonce {
@@ -180,7 +182,7 @@ pub(super) async fn execute(
         .map(|(r, c)| {
             let mut r = r?;
             if let (true, Limit::Window(_)) = (committed && r.decision.is_allowed(), &c.limit) {
-                r.count = r.count.saturating_add(c.cost);
+                r.count = r.count.saturating_add(c.taken());
             }
             Ok(Answer::Decided(r))
         })
@@ -218,7 +220,7 @@ async fn stop_across_parts(
         p.positions
             .iter()
             .copied()
-            .filter(|&i| matches!(p.items[i].limit, Limit::Counter(_)))
+            .filter(|&i| matches!(p.items[i].limit, Limit::Counter(_)) && !p.items[i].give_back)
             .collect()
     };
     let reads = parts.iter().map(|part| {
@@ -244,7 +246,7 @@ async fn stop_across_parts(
     }
     if exceeds.iter().any(|&e| e) {
         for (i, cost) in costs.iter_mut().enumerate() {
-            if !exceeds[i] && matches!(items[i].limit, Limit::Counter(_)) {
+            if !exceeds[i] && matches!(items[i].limit, Limit::Counter(_)) && !items[i].give_back {
                 *cost = 0;
             }
         }
@@ -277,7 +279,7 @@ async fn refund(
                         .is_none_or(|s| s.limit.taken_on_commit()),
                     _ => r.decision.is_allowed(),
                 };
-                item.cost > 0 && results[i].as_ref().is_ok_and(recorded)
+                item.taken() > 0 && results[i].as_ref().is_ok_and(recorded)
             })
             .collect();
         if taken.is_empty() {

@@ -604,3 +604,5 @@ fn the_expiry_jitter_bound_stays_within_what_the_redis_script_draws_from() {
     assert_eq!(with(0).expiration_jitter(), 0);
     assert_eq!(with(u64::MAX).expiration_jitter(), i32::MAX as u64);
 }
+
+mod refunds;
