@@ -105,7 +105,8 @@ fn front(svc: &Service, filter: Filter) -> Bootstrap {
     });
     routes.push(Route::unlimited("/"));
     Bootstrap {
-        rls: svc.grpc,
+        rls: vec![svc.grpc],
+        upstream: None,
         filter,
         routes,
         extra_listeners: network_listener(),
@@ -328,7 +329,8 @@ fn with_redis_paused_each_rules_failure_mode_holds_behind_a_default_envoy() {
         .map(|r| Route::generic(&format!("/{r}"), "rule", r))
         .collect();
     let bootstrap = |filter: Filter| Bootstrap {
-        rls: svc.grpc,
+        rls: vec![svc.grpc],
+        upstream: None,
         filter,
         routes: routes.clone(),
         extra_listeners: String::new(),

@@ -162,12 +162,15 @@ fn indent(yaml: &str, by: usize) -> String {
 }
 
 /// A bootstrap: a front listener `front` with the filter and `routes`, a
-/// backend listener `backend` that answers 200 with `x-tokens: 30`, and the
-/// service's gRPC address as the cluster `ratelimit`.
+/// backend listener `backend` that answers 200 with `x-tokens: 30` (or an
+/// upstream of the test's), and the service's gRPC addresses as the
+/// cluster `ratelimit`.
 #[derive(Debug, Clone)]
 pub struct Bootstrap {
-    /// The service's gRPC address.
-    pub rls: SocketAddr,
+    /// The service instances' gRPC addresses (Envoy balances over them).
+    pub rls: Vec<SocketAddr>,
+    /// Where the `backend` cluster goes instead of the backend listener.
+    pub upstream: Option<SocketAddr>,
     /// The HTTP filter.
     pub filter: Filter,
     /// The front listener's routes, in order.
@@ -207,6 +210,21 @@ impl Bootstrap {
         if f.x_ratelimit_headers {
             filter.push_str("enable_x_ratelimit_headers: DRAFT_VERSION_03\n");
         }
+        let rls: String = self
+            .rls
+            .iter()
+            .map(|a| {
+                format!(
+                    "        - endpoint: {{address: {{socket_address: {{address: \"{}\", port_value: {}}}}}}}\n",
+                    a.ip(),
+                    a.port()
+                )
+            })
+            .collect();
+        let (backend_ip, backend_port_out) = match self.upstream {
+            Some(a) => (a.ip().to_string(), a.port()),
+            None => ("127.0.0.1".to_string(), backend_port),
+        };
         format!(
             r#"static_resources:
   listeners:
@@ -265,21 +283,18 @@ impl Bootstrap {
       cluster_name: ratelimit
       endpoints:
       - lb_endpoints:
-        - endpoint: {{address: {{socket_address: {{address: "{rls_ip}", port_value: {rls_port}}}}}}}
-  - name: backend
+{rls}  - name: backend
     type: STATIC
     connect_timeout: 1s
     load_assignment:
       cluster_name: backend
       endpoints:
       - lb_endpoints:
-        - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {backend_port}}}}}}}
+        - endpoint: {{address: {{socket_address: {{address: {backend_ip}, port_value: {backend_port_out}}}}}}}
 "#,
             routes = indent(&routes, 14),
             filter = indent(&filter, 14),
             extra = indent(&self.extra_listeners, 2),
-            rls_ip = self.rls.ip(),
-            rls_port = self.rls.port(),
         )
     }
 }

@@ -13,6 +13,7 @@ pub mod envoy_quota;
 pub mod memcached;
 pub mod otlp;
 pub mod redis;
+pub mod upstream;
 pub mod xds;
 
 use std::io::{BufRead, BufReader, Read, Write};
