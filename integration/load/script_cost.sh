@@ -12,9 +12,23 @@
 #                          whose counters share cost, TTL and jitter, G = 15
 #                          one group per counter
 #
+# Then refunds and in-flight slots, one decision per group, µs of Redis CPU
+# per script call (a call is what one request costs one node):
+#   counter take           the original's counter, a count-same group
+#   counter take + refund  the same key taken, then given back
+#                          (is_negative_hits) in a second group of the call
+#   bucket take            a token bucket (GCRA) take, a commit group
+#   bucket take + refund   taken, then given back in the same call
+#   slot take              an in-flight slot (a sorted-set member) taken on
+#                          a key of its own (10^7 keys: few repeat)
+#   slot take + release    taken, then released in the same call, on one key
+# (redis-benchmark draws each __rand_int__ apart, so a call that takes and
+# gives back names one fixed key.)
+# A refund's own cost is its row less the take's.
+#
 # Rows alternate over ROUNDS rounds (default 3); each prints µs of Redis
-# CPU per counter. Usage: integration/load/script_cost.sh [CALLS]
-# (script calls per row, default 100,000).
+# CPU per counter or per call. Usage: integration/load/script_cost.sh
+# [CALLS] (script calls per row, default 100,000).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . integration/load/redis_servers.sh
@@ -31,14 +45,36 @@ sha=$(redis-cli -p "$port" -x script load < <(cat src/store/redis/node_keys.lua 
 pid=$(redis-cli -p "$port" info server | tr -d '\r' | sed -n 's/^process_id://p')
 cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
 tick=$(getconf CLK_TCK)
-per_counter() { # label, counters, then the redis-benchmark arguments
-    local label=$1 counters=$2; shift 2
+per_unit() { # unit, label, units, keys, then the redis-benchmark arguments
+    local unit=$1 label=$2 units=$3 keyspace=$4; shift 4
     local t0 t1
     t0=$(cpu)
-    redis-benchmark -p "$port" -c 8 -r 10000 -q "$@" >"$work/bench.out" 2>&1
+    redis-benchmark -p "$port" -c 8 -r "$keyspace" -q "$@" >"$work/bench.out" 2>&1
     t1=$(cpu)
     grep -qi err "$work/bench.out" && { cat "$work/bench.out" >&2; exit 1; }
-    python3 -c "print('%-22s %.2f us of Redis CPU per counter' % ('$label', ($t1 - $t0) * 1e6 / $tick / $counters))"
+    python3 -c "print('%-22s %.2f us of Redis CPU per $unit' % ('$label', ($t1 - $t0) * 1e6 / $tick / $units))"
+}
+per_counter() { per_unit counter "$1" "$2" 10000 "${@:3}"; }
+per_call() { # label, key (one for every item), items, then the script's groups
+    local label=$1 key=$2 items=$3; shift 3
+    local keys=()
+    for _ in $(seq "$items"); do keys+=("$key"); done
+    per_unit call "$label" "$calls" 10000000 -n "$calls" \
+        evalsha "$sha" 1 "$key" "$items" "${keys[@]}" "$@"
+}
+hour_us=3600000000
+many=1000000000
+decisions() {
+    # redis-benchmark draws each __rand_int__ on its own, so a call that
+    # takes and gives back names one fixed key; a take alone names the same
+    # (a bucket that never runs dry), except a slot's, on fresh keys.
+    local hot=d:{hot}:k
+    per_call "counter take" "$hot" 1 1 count-same 1 1 60 300
+    per_call "counter take + refund" "$hot" 2 2 count-same 1 1 60 300 commit "" 0 1 oc 10 60 300 1 2
+    per_call "bucket take" "$hot" 1 1 commit "" 0 1 tb "$many" "$hour_us" "$many" 1 1
+    per_call "bucket take + refund" "$hot" 2 2 commit "" 0 1 tb "$many" "$hour_us" "$many" 1 1 commit "" 0 1 tb "$many" "$hour_us" "$many" 1 2
+    per_call "slot take" "d:{__rand_int__}:k" 1 1 commit n 0 1 cc 3 "$hour_us" 3 1 1
+    per_call "slot take + release" "$hot" 2 2 commit n 0 1 cc 3 "$hour_us" 3 1 1 commit "" 0 1 cc 3 "$hour_us" 3 1 2
 }
 # Fifteen keys on slots of their own, the original's form.
 keys=()
@@ -52,4 +88,5 @@ for round in $(seq 1 "${ROUNDS:-3}"); do
         per_counter "script, $groups groups" $((calls * 15)) -n "$calls" \
             evalsha "$sha" 1 "${keys[0]}" 15 "${keys[@]}" "${args[@]}"
     done
+    decisions
 done
