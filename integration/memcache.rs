@@ -99,6 +99,47 @@ async fn two_instances_share_counters_on_the_original_keys() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_decrements_the_counter_never_below_zero() {
+    wait_for_fresh_window(3600, 20);
+    let mc = Memcached::start();
+    let svc = start(&mc.addr(), &[]);
+    let key = format!("mc_hour_refund_{}", window(3600));
+    let refund = |hits: u64| {
+        let mut d = desc(&[("hour", "refund")]);
+        d.hits_addend = Some(envoy_types::pb::google::protobuf::UInt64Value { value: hits });
+        d.is_negative_hits = true;
+        request("mc", vec![d])
+    };
+    for _ in 0..3 {
+        assert_eq!(code(&svc, "hour", "refund").await.expect("answer").0, OK);
+    }
+    assert!(eventually(|| mc.get(&key).as_deref() == Some("3")));
+    let mut c = svc.client().await;
+    let r = call(&mut c, refund(2)).await.expect("answer");
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 2));
+    assert!(
+        eventually(|| mc.get(&key).as_deref() == Some("1")),
+        "{:?}",
+        mc.get(&key)
+    );
+    let r = call(&mut c, refund(10)).await.expect("answer");
+    assert_eq!(r.overall_code, OK);
+    assert!(
+        eventually(|| mc.get(&key).as_deref() == Some("0")),
+        "{:?}",
+        mc.get(&key)
+    );
+    assert!(
+        eventually(|| svc.stat("ratelimit.service.rate_limit.mc.hour.refunded_hits") == 12),
+        "refunds are counted apart"
+    );
+    assert_eq!(
+        svc.stat("ratelimit.service.rate_limit.mc.hour.total_hits"),
+        3
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_spread_over_servers_and_an_outage_follows_the_failure_mode() {
     wait_for_fresh_window(3600, 20);
     let (one, mut two) = (Memcached::start(), Memcached::start());

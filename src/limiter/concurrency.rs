@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use super::decision::InvalidLimit;
 use super::per_window::PerWindow;
-use super::sliding_log::{SlidingLog, SlidingLogState};
+use super::sliding_log::{LogEnd, SlidingLog, SlidingLogState};
 use super::Decision;
 
 /// The largest `max_in_flight` accepted: every held slot is an entry of
@@ -89,20 +89,7 @@ impl Concurrency {
     /// `state` with `cost` slots given back at `now`, the oldest first;
     /// never fewer than none held.
     pub fn give_back(&self, state: SlidingLogState, cost: u64, now: Duration) -> SlidingLogState {
-        let mut state = self.slots.record(Some(state), 0, now);
-        let mut left = cost;
-        while left > 0 {
-            let Some(oldest) = state.hits.front_mut() else {
-                break;
-            };
-            let take = left.min(oldest.cost);
-            oldest.cost -= take;
-            left -= take;
-            if oldest.cost == 0 {
-                state.hits.pop_front();
-            }
-        }
-        state
+        self.slots.give_back(state, cost, now, LogEnd::Oldest)
     }
 
     /// `state` with `cost` slots taken at `now` whatever is free (an

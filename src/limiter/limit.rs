@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::algorithm::Algorithm;
 use super::concurrency::Concurrency;
 use super::gcra::{Gcra, GcraState};
-use super::sliding_log::{SlidingLog, SlidingLogState};
+use super::sliding_log::{LogEnd, SlidingLog, SlidingLogState};
 use super::sliding_window::{SlidingWindowCounter, SlidingWindowState};
 use super::window_counter::{FixedWindowCounter, WindowCount};
 use super::{Decision, InvalidLimit, PerWindow};
@@ -293,7 +293,7 @@ impl Limiter {
     pub fn give_back(&self, state: LimiterState, cost: u64, now: Duration) -> LimiterState {
         match (self, state) {
             (Limiter::SlidingLog(l), LimiterState::SlidingLog(s)) => {
-                LimiterState::SlidingLog(l.give_back(s, cost, now))
+                LimiterState::SlidingLog(l.give_back(s, cost, now, LogEnd::Newest))
             }
             (Limiter::Concurrency(c), LimiterState::Concurrency(s)) => {
                 LimiterState::Concurrency(c.give_back(s, cost, now))

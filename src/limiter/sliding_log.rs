@@ -49,6 +49,15 @@ pub struct SlidingLog {
     per: PerWindow,
 }
 
+/// Which end of a log a give-back takes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogEnd {
+    /// The latest entries.
+    Newest,
+    /// The earliest entries still in the window.
+    Oldest,
+}
+
 /// One admitted request: when, and its cost (its multiplicity).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Hit {
@@ -120,20 +129,32 @@ impl SlidingLog {
         state
     }
 
-    /// `state` with `cost` given back at `now` from its newest entries (a
-    /// refund of the latest admissions); never fewer than none logged.
-    pub fn give_back(&self, state: SlidingLogState, cost: u64, now: Duration) -> SlidingLogState {
+    /// `state` with `cost` given back at `now` from its `end` entries (the
+    /// newest: a refund of the latest admissions; the oldest: an in-flight
+    /// limit's release); never fewer than none logged.
+    pub fn give_back(
+        &self,
+        state: SlidingLogState,
+        cost: u64,
+        now: Duration,
+        end: LogEnd,
+    ) -> SlidingLogState {
         let (mut state, _) = self.pruned(Some(state), now);
         let mut left = cost;
         while left > 0 {
-            let Some(newest) = state.hits.back_mut() else {
-                break;
+            let hit = match end {
+                LogEnd::Newest => state.hits.back_mut(),
+                LogEnd::Oldest => state.hits.front_mut(),
             };
-            let take = left.min(newest.cost);
-            newest.cost -= take;
+            let Some(hit) = hit else { break };
+            let take = left.min(hit.cost);
+            hit.cost -= take;
             left -= take;
-            if newest.cost == 0 {
-                state.hits.pop_back();
+            if hit.cost == 0 {
+                match end {
+                    LogEnd::Newest => state.hits.pop_back(),
+                    LogEnd::Oldest => state.hits.pop_front(),
+                };
             }
         }
         state

@@ -203,6 +203,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_give_back_the_store_cannot_take_goes_to_an_open_floor_and_is_never_denied() {
+        let (f, store) = fallback();
+        store.set(Behaviour::Refuse);
+        // An open floor of 2: two taken, then the floor is spent.
+        let take = work(OnFailure::Open { fallback: 2 });
+        for _ in 0..2 {
+            assert!(
+                by_policy(&f.execute(&take, None).await).is_some_and(|p| p.decision.is_allowed())
+            );
+        }
+        assert!(!by_policy(&f.execute(&take, None).await).is_some_and(|p| p.decision.is_allowed()));
+        // A give-back reaches the floor: one more is admitted.
+        let mut back = take.clone();
+        back.items[0] = back.items[0].clone().giving_back();
+        let answer = by_policy(&f.execute(&back, None).await).expect("by the floor");
+        assert!(answer.decision.is_allowed() && answer.fell_back);
+        assert!(by_policy(&f.execute(&take, None).await).is_some_and(|p| p.decision.is_allowed()));
+        // Under a closed rule a give-back is left failing, not denied.
+        let mut closed = work(OnFailure::Closed);
+        closed.items[0] = closed.items[0].clone().giving_back();
+        assert!(f.execute(&closed, None).await.answers[0].is_err());
+    }
+
+    #[tokio::test]
     async fn an_answering_store_is_left_alone_and_spends_no_floor() {
         let (f, _store) = fallback();
         let open = OnFailure::Open { fallback: 1 };

@@ -194,3 +194,24 @@ async fn an_in_flight_limit_is_all_or_nothing_with_the_descriptors_other_limits(
     assert_eq!(r.statuses[0].limit_remaining, 5);
     assert_eq!(f.admitted(&[k], 5).await, 2);
 }
+
+#[tokio::test]
+async fn the_audit_gives_a_refund_to_the_contract_and_counts_it_apart() {
+    let audit = Arc::new(crate::audit::Audit::new(1.0, 1_000).expect("an audit"));
+    let mut f = fixture(SLOTS, EngineOptions::default());
+    f.engine = f.engine.with_audit(Arc::clone(&audit));
+    let k: Entries<'_> = &[("k", "")];
+    // Three taken and given back, three times: the contract agrees each
+    // time (it got the refunds too), and counts the refunds apart.
+    for _ in 0..3 {
+        assert_eq!(f.admitted(&[k], 3).await, 3);
+        f.send(&[(k, Some(3), true)]).await;
+    }
+    assert_eq!(f.admitted(&[k], 4).await, 3);
+    let rows = audit.book().to_json();
+    let row = rows.first().expect("the rule is audited");
+    assert_eq!(row["refunded"], 9, "{row}");
+    assert_eq!(row["over"], 0, "{row}");
+    assert_eq!(row["under"], 0, "{row}");
+    assert_eq!(row["decisions"], 13, "{row}");
+}

@@ -600,7 +600,13 @@ async fn give_back<S: Store + ?Sized>(store: &S, leases: Vec<Ended>) -> u64 {
 #[async_trait]
 impl<S: Store + 'static> Store for Leases<S> {
     async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
-        if work.policy.commits() && work.items.iter().any(|c| c.lease && c.binding) {
+        // Leased items, and give-backs that a lease may take.
+        if work.policy.commits()
+            && work
+                .items
+                .iter()
+                .any(|c| c.lease && (c.binding || c.give_back))
+        {
             return self.leased(&work.items, work.policy, deadline).await;
         }
         self.inner.execute(work, deadline).await
@@ -738,6 +744,39 @@ mod tests {
                 "{a}: {calls} store calls for 5,000 decisions"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_refund_of_a_leased_key_goes_into_its_lease() {
+        let f = fleet(1);
+        let check = leased("k", minute(1_000, AlgorithmName::TokenBucket));
+        warm(&f, &check, 200).await;
+        let now = f.clock.now();
+        let held = f.nodes[0].table.held("k", now);
+        assert!(held > 0, "a lease is out");
+        let calls = f.calls.load(Ordering::Relaxed);
+        let back = check.clone().giving_back();
+        let reply = f.nodes[0]
+            .check(&[back.clone(), back])
+            .await
+            .expect("answered");
+        assert!(reply.results.iter().all(|r| r.decision.is_allowed()));
+        assert_eq!(f.calls.load(Ordering::Relaxed), calls, "no store call");
+        assert_eq!(
+            f.nodes[0].table.held("k", now),
+            held + 2,
+            "both into the lease"
+        );
+        // Without a lease, the store takes it.
+        let other = leased("cold", minute(1_000, AlgorithmName::TokenBucket));
+        f.nodes[0]
+            .check(&[other.giving_back()])
+            .await
+            .expect("answered");
+        assert_eq!(f.calls.load(Ordering::Relaxed), calls + 1);
+        // The lease's tokens, the refunds with them, go back when it ends.
+        let returned = f.nodes[0].return_all().await;
+        assert_eq!(returned, held + 2);
     }
 
     #[tokio::test]
