@@ -281,107 +281,120 @@ domain: flood
 descriptors:
   - key: user
     rate_limit: {unit: hour, requests_per_unit: 100}
-  - key: open_user
-    rate_limit: {unit: hour, requests_per_unit: 100, failure_mode: open, fallback_requests_per_unit: 10}
+  - key: quiet
+    rate_limit: {unit: hour, requests_per_unit: 100}
 ";
 
-/// A flood of `requests` requests of 1,000 unique values each on the
-/// memory store of `max_keys`: how much RSS grew, the keys gauge, the
-/// works refused as full, and the answer to the key counted before it.
-async fn flood(
-    max_keys: &str,
-    requests: usize,
-) -> (
-    u64,
-    u64,
-    u64,
-    Option<envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse>,
-    Service,
-) {
+/// What a flood left behind.
+struct Flooded {
+    /// RSS grown during the flood.
+    grown: u64,
+    /// The keys gauge after it.
+    keys: u64,
+    /// Works refused as full.
+    full: u64,
+    svc: Service,
+}
+
+/// A flood of `requests` requests of 1,000 unique values of `user` each on
+/// the memory store of `max_keys`, each request also hitting the user
+/// `regular` (a real client of the flooded rule); before it, 5 hits of the
+/// other rule's `active`.
+async fn flood(max_keys: &str, requests: usize) -> Flooded {
     let svc = Service::start(
         &[("rules.yaml", FLOOD_RULES)],
         &[("MEMORY_MAX_KEYS", max_keys)],
     );
     let mut c = svc.client().await;
     for _ in 0..5 {
-        call(&mut c, request("flood", vec![desc(&[("user", "active")])]))
+        call(&mut c, request("flood", vec![desc(&[("quiet", "active")])]))
             .await
             .expect("answered");
     }
     let before = rss(svc.pid());
     for r in 0..requests {
-        let descriptors = (0..1_000)
-            .map(|i| desc(&[("user", &format!("u{r}_{i}"))]))
+        let descriptors = std::iter::once(desc(&[("user", "regular")]))
+            .chain((0..999).map(|i| desc(&[("user", &format!("u{r}_{i}"))])))
             .collect();
-        // At the cap the default policy (error) fails the request.
-        let _ = call(&mut c, request("flood", descriptors)).await;
+        call(&mut c, request("flood", descriptors))
+            .await
+            .expect("a full store still answers");
     }
     let grown = rss(svc.pid()).saturating_sub(before);
-    // The sweeper sets the gauge every second.
+    // The sweeper sets the gauges every second.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    let keys = svc.stat("ratelimit.memory.keys");
-    let full = svc.stat("ratelimit.memory.full");
-    let active = call(&mut c, request("flood", vec![desc(&[("user", "active")])]))
-        .await
-        .ok();
-    (grown, keys, full, active, svc)
+    Flooded {
+        grown,
+        keys: svc.stat("ratelimit.memory.keys"),
+        full: svc.stat("ratelimit.memory.full"),
+        svc,
+    }
 }
 
-/// A flood of unique values stops at `MEMORY_MAX_KEYS`: the keys gauge stays
-/// at the cap (plus at most one request's keys), RSS grows by a fraction of
-/// what the same flood costs uncapped, new keys go to their rules' failure
-/// policies (the default errors, an open rule's floor admits), and a key
-/// counted before the flood keeps its count.
+/// A flood of unique values of one rule stops at `MEMORY_MAX_KEYS`: the
+/// keys gauge stays at the cap (plus at most one request's keys), RSS grows
+/// by a fraction of what the same flood costs uncapped, and the flood takes
+/// only its own rule's room: the other rule's key keeps its count and its
+/// new keys are admitted, the flooded rule's busy key keeps its count, and
+/// only the flood's own keys are evicted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flood_of_new_keys_stops_at_memory_max_keys() {
+async fn a_flood_of_new_keys_stops_at_memory_max_keys_and_takes_only_its_rules_room() {
     let requests = 300;
-    let (uncapped, all_keys, _, _, _) = flood("100000000", requests).await;
-    let (grown, keys, full, active, svc) = flood("6400", requests).await;
+    let uncapped = flood("100000000", requests).await;
+    let capped = flood("6400", requests).await;
+    let svc = &capped.svc;
+    let evictions = svc.stat("ratelimit.memory.rule.flood.user.evictions");
     println!(
-        "{} unique keys offered: uncapped RSS +{uncapped} B ({all_keys} keys); MEMORY_MAX_KEYS=6400: RSS +{grown} B, {keys} keys, {full} works refused as full",
-        requests * 1_000
+        "{} unique keys offered: uncapped RSS +{} B ({} keys); MEMORY_MAX_KEYS=6400: RSS +{} B, {} keys, {} works refused, {evictions} of the flooded rule's keys evicted",
+        requests * 999,
+        uncapped.grown,
+        uncapped.keys,
+        capped.grown,
+        capped.keys,
+        capped.full,
     );
     assert!(
-        all_keys >= (requests * 1_000) as u64,
-        "uncapped: {all_keys} keys"
+        uncapped.keys >= (requests * 999) as u64,
+        "uncapped: {} keys",
+        uncapped.keys
     );
-    assert!(keys <= 6_400 + 1_000, "{keys} keys held");
-    assert!(full > 0, "the flood met the cap");
+    assert!(capped.keys <= 6_400 + 1_000, "{} keys held", capped.keys);
+    assert_eq!(
+        capped.full, 0,
+        "no work refused: the flood's own keys made way"
+    );
+    assert!(evictions > 0, "the flood churned its own keys");
     assert!(
-        grown * 2 < uncapped,
-        "capped +{grown} B against uncapped +{uncapped} B"
+        capped.grown * 2 < uncapped.grown,
+        "capped +{} B against uncapped +{} B",
+        capped.grown,
+        uncapped.grown
     );
-    // The key counted before the flood: its 6th hit leaves 94 of 100.
-    let active = active.expect("a live key is answered at the cap");
-    assert_eq!(active.statuses[0].limit_remaining, 94, "{active:?}");
-    // New keys at the cap: those that land in a full shard (about half
-    // here: a request that finds a full shard fails whole, so shards fill
-    // unevenly) go to their failure policies. The default errors; an open
-    // rule's floor admits.
     let mut c = svc.client().await;
-    let (mut errors, mut floor, mut tried) = (0, 0, 0);
-    while tried < 2_000 && (errors < 3 || floor == 0) {
-        let fresh = format!("fresh{tried}");
-        let r = call(&mut c, request("flood", vec![desc(&[("user", &fresh)])])).await;
-        errors += u32::from(r.is_err());
-        let open = call(
-            &mut c,
-            request("flood", vec![desc(&[("open_user", &fresh)])]),
-        )
+    // The other rule's key counted before the flood: its 6th hit leaves 94.
+    let active = call(&mut c, request("flood", vec![desc(&[("quiet", "active")])]))
         .await
-        .expect("an open rule is always answered");
-        assert_eq!(open.overall_code, 1, "{open:?}");
-        tried += 1;
-        if tried % 50 == 0 {
-            floor = svc.stat("ratelimit.store.fallback_decision");
+        .expect("answered");
+    assert_eq!(active.statuses[0].limit_remaining, 94, "{active:?}");
+    // The flooded rule's busy user, hit by every request (305 of 100): still
+    // over its limit, so its count was kept.
+    let regular = call(&mut c, request("flood", vec![desc(&[("user", "regular")])]))
+        .await
+        .expect("answered");
+    assert_eq!(regular.overall_code, OVER, "{regular:?}");
+    // New keys of either rule at the cap are admitted.
+    for i in 0..200 {
+        for key in ["user", "quiet"] {
+            let fresh = format!("fresh{i}");
+            let r = call(&mut c, request("flood", vec![desc(&[(key, &fresh)])]))
+                .await
+                .expect("a new key at the cap is answered");
+            assert_eq!(r.overall_code, OK, "{key}={fresh}");
         }
     }
-    floor = svc.stat("ratelimit.store.fallback_decision");
-    println!("at the cap: {errors} of {tried} new keys failed (the default policy), {floor} open ones decided by the floor");
-    assert!(
-        errors > 0 && floor > 0,
-        "{errors} errors, {floor} floor decisions"
-    );
+    assert_eq!(svc.stat("ratelimit.memory.rule.flood.quiet.evictions"), 0);
+    let listed = svc.debug("/keys").body;
+    assert!(listed.contains("\"rule\":\"flood.user\""), "{listed}");
 }
 
 /// `connections` HTTP/2 connections whose receive window is zero, each

@@ -178,6 +178,7 @@ pub async fn run(
         service_stats,
     )
     .with_placement(Arc::clone(&built.placement));
+    let memory_keys = built.memory.clone();
     let hot_keys = (settings.hot_keys.top_k > 0).then(|| HotKeysView {
         top: Arc::new(TopKeys::new(settings.hot_keys.top_k)),
         leases: built.leases.as_ref().map(|l| l.table()),
@@ -267,6 +268,7 @@ pub async fn run(
             },
             hot_keys,
             audit,
+            memory_keys,
         ),
         http_limits,
         "debug port",
@@ -568,6 +570,8 @@ struct BuiltStore {
     /// Where RLQS shares demand: the Redis deployment's, or this
     /// instance's own.
     board: Arc<dyn DemandBoard>,
+    /// The memory store, for `/keys` (none on the other backends).
+    memory: Option<Arc<MemoryStore>>,
     _sweeper: Option<SweeperGuard>,
     _wrapped: Option<resilience::Wrapped>,
     /// `MEMCACHE_SRV_REFRESH`'s task.
@@ -596,6 +600,7 @@ impl BuiltStore {
             placement,
             board,
             leases: leased.then(|| Arc::clone(&wrapped.leases)),
+            memory: None,
             _sweeper: None,
             _wrapped: Some(wrapped),
             _refresh: None,
@@ -620,10 +625,14 @@ async fn build_store(
             BuiltStore {
                 // A full store fails new keys: their rules' failure
                 // policies answer them.
-                store: Arc::new(crate::resilience::Fallback::new(store, Arc::clone(clock))),
+                store: Arc::new(crate::resilience::Fallback::new(
+                    Arc::clone(&store),
+                    Arc::clone(clock),
+                )),
                 placement: Arc::new(InProcess),
                 board: Arc::new(MemoryBoard::new(Arc::clone(clock))),
                 leases: None,
+                memory: Some(store),
                 _sweeper: Some(sweeper),
                 _wrapped: None,
                 _refresh: None,

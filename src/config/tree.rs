@@ -75,6 +75,8 @@ pub struct RateLimitRule {
     /// `domain.composite.composite…`: the path of the rule, as `/rlconfig`
     /// shows it and as the stats key of a plain match.
     pub load_key: String,
+    /// The rule as the stores tell it apart (its load key, hashed once).
+    pub id: RuleId,
     /// The opt-in limits (extension keys `algorithm`, `burst`,
     /// `unit_multiplier`, `rate_limits`), all of which must pass. Empty for
     /// a rule written in the original's vocabulary, which keeps the
@@ -137,6 +139,47 @@ impl Default for HotKeyPolicy {
     }
 }
 
+/// A rule as the stores tell it apart: its load key, hashed once when the
+/// rule is built, so that telling two keys' rules apart costs a compare.
+/// The memory store shares its key cap between rules by it.
+#[derive(Debug, Clone)]
+pub struct RuleId {
+    hash: u64,
+    name: Arc<str>,
+}
+
+impl RuleId {
+    /// The id of the rule at `load_key`.
+    pub fn new(load_key: &str) -> RuleId {
+        use std::hash::{Hash, Hasher};
+        // Fixed keys: the same rule has the same id in every process.
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        load_key.hash(&mut h);
+        RuleId {
+            hash: h.finish(),
+            name: load_key.into(),
+        }
+    }
+
+    /// Its hash.
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
+
+    /// Its load key.
+    pub fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+}
+
+impl PartialEq for RuleId {
+    fn eq(&self, other: &RuleId) -> bool {
+        self.hash == other.hash && self.name == other.name
+    }
+}
+
+impl Eq for RuleId {}
+
 impl RateLimitRule {
     /// Every name `replaces` can refer to this rule by: its `name`, and with
     /// `rate_limits` the name of every block.
@@ -167,6 +210,7 @@ impl RateLimitRule {
             detailed_metric: false,
             replaces: Vec::new(),
             metadata: None,
+            id: RuleId::new(&load_key),
             load_key,
             limits: Vec::new(),
             failure: FailurePolicy::default(),

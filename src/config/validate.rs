@@ -167,6 +167,7 @@ fn load_descriptors(
                 detailed_metric: d.detailed_metric,
                 replaces: rl.replaces.iter().map(|r| r.name.clone()).collect(),
                 metadata: metadata.clone(),
+                id: super::tree::RuleId::new(&load_key),
                 load_key: load_key.clone(),
                 limits: limits.clone(),
                 failure,

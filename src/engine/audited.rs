@@ -134,6 +134,7 @@ pub(super) fn add_references(
             };
             let reference = Item {
                 binding: false,
+                owner: Some(rule.id.clone()),
                 node,
                 ..Item::new(key, limit, d.hits)
             };

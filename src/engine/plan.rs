@@ -278,8 +278,9 @@ impl Plan {
             }
             Shape::Decided { window: None }
         };
-        if give_back {
-            for item in &mut self.work.items[first..] {
+        for item in &mut self.work.items[first..] {
+            item.owner = Some(limit.rule.id.clone());
+            if give_back {
                 item.give_back = true;
                 item.binding = false;
             }

@@ -62,6 +62,20 @@ pub const RUNTIME_NUM_VALUES: &str = "runtime.num_values";
 pub const STORE_TIMEOUT: &str = "ratelimit.store.timeout";
 /// `ratelimit.memory.keys` (ours): keys the memory store holds (a gauge).
 pub const MEMORY_KEYS: &str = "ratelimit.memory.keys";
+/// `ratelimit.memory.rule.<rule>.keys` (ours, a gauge) and
+/// `ratelimit.memory.rule.<rule>.evictions` (ours, a counter): per rule with
+/// keys in the memory store (its load key), the keys it holds and its keys
+/// evicted to make room when the store was full (each may admit its limit
+/// again within its window). One pair per configured rule, set by the
+/// store's sweeper every second.
+pub fn memory_rule(rule: &str) -> (metrics::Gauge, metrics::Counter) {
+    let base = format!("ratelimit.memory.rule.{}", sanitize(rule));
+    (
+        metrics::gauge!(format!("{base}.keys")),
+        metrics::counter!(format!("{base}.evictions")),
+    )
+}
+
 /// `ratelimit.memory.full` (ours): works refused because the memory store
 /// held `MEMORY_MAX_KEYS` keys (their items go to their failure policies).
 pub const MEMORY_FULL: &str = "ratelimit.memory.full";

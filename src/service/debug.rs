@@ -1,5 +1,5 @@
 //! The debug port (`DEBUG_HOST`:`DEBUG_PORT`): the original's `/rlconfig`
-//! and `/stats`, our `/hotkeys` and `/audit`; `/` and any unknown path
+//! and `/stats`, our `/hotkeys`, `/keys` and `/audit`; `/` and any unknown path
 //! list the endpoints. [`HotKeysView`] is what `/hotkeys` and the
 //! `ratelimit.hot_keys` gauges show: the top keys with the leases held.
 
@@ -16,6 +16,7 @@ use crate::config::LiveConfig;
 use crate::hotkeys::TopKeys;
 use crate::limiter::Clock;
 use crate::resilience::leases::LeaseTable;
+use crate::store::MemoryStore;
 
 /// Renders the `/stats` text.
 pub type StatsRenderer = Arc<dyn Fn() -> String + Send + Sync>;
@@ -31,6 +32,10 @@ const ENDPOINTS: &[(&str, &str)] = &[
         "the busiest keys of this instance, by decisions per second (JSON)",
     ),
     (
+        "/keys",
+        "the memory store's keys by rule, most first, with each rule's evictions (JSON)",
+    ),
+    (
         "/audit",
         "the decision audit: per audited rule, decisions against its exact contract (JSON)",
     ),
@@ -42,6 +47,7 @@ struct DebugState {
     stats: StatsRenderer,
     hot_keys: Option<HotKeysView>,
     audit: Option<Arc<Audit>>,
+    memory: Option<Arc<MemoryStore>>,
 }
 
 /// The router of the debug port.
@@ -50,18 +56,21 @@ pub fn router(
     stats: StatsRenderer,
     hot_keys: Option<HotKeysView>,
     audit: Option<Arc<Audit>>,
+    memory: Option<Arc<MemoryStore>>,
 ) -> Router {
     Router::new()
         .route("/rlconfig", any(rlconfig))
         .route("/stats", any(stats_page))
         .route("/hotkeys", any(hot_keys_page))
         .route("/audit", any(audit_page))
+        .route("/keys", any(keys_page))
         .fallback(index)
         .with_state(DebugState {
             config,
             stats,
             hot_keys,
             audit,
+            memory,
         })
 }
 
@@ -106,6 +115,24 @@ async fn audit_page(State(s): State<DebugState>) -> Response {
     json(match &s.audit {
         Some(audit) => audit.to_json(),
         None => serde_json::json!({ "sample": 0.0, "rules": [] }),
+    })
+}
+
+/// `/keys`: `{"max_keys", "keys", "rules": [{rule, keys, evictions}]}`,
+/// most keys first; on a store other than memory, no rules.
+async fn keys_page(State(s): State<DebugState>) -> Response {
+    json(match &s.memory {
+        Some(store) => {
+            let rules: Vec<serde_json::Value> = store
+                .holdings()
+                .into_iter()
+                .map(|(rule, keys, evictions)| {
+                    serde_json::json!({"rule": &*rule, "keys": keys, "evictions": evictions})
+                })
+                .collect();
+            serde_json::json!({"max_keys": store.max_keys(), "keys": store.len(), "rules": rules})
+        }
+        None => serde_json::json!({ "rules": [] }),
     })
 }
 

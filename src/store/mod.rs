@@ -119,6 +119,9 @@ pub struct Item {
     /// [`crate::resilience::Leases`] layer may answer it from a batch taken
     /// earlier. Stores ignore it.
     pub lease: bool,
+    /// The rule the key belongs to, if known: the memory store shares its
+    /// key cap between rules by it (`None`: a share of its own, "unowned").
+    pub owner: Option<crate::config::tree::RuleId>,
     /// The node that serves the key, named once by whoever built the work
     /// (from the store's [`Placement`]); `None`: nothing to fail, or not
     /// known. The breaker keeps its circuits by it.
@@ -137,6 +140,7 @@ impl Item {
             binding: true,
             on_failure: OnFailure::Error,
             lease: false,
+            owner: None,
             node: None,
         }
     }

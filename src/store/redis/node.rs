@@ -137,6 +137,10 @@ pub(super) fn store_error(e: &fred::error::Error) -> StoreError {
         K::IO | K::Canceled | K::Cluster | K::Sentinel | K::Routing | K::Backpressure => {
             StoreErrorKind::Unavailable
         }
+        // A Redis at `maxmemory` under `noeviction` refuses writes: the
+        // store cannot count now, as if it were down, and may again once
+        // keys expire; the rules' failure policies answer.
+        _ if is_out_of_memory(e.details()) => StoreErrorKind::Unavailable,
         _ => StoreErrorKind::Rejected,
     };
     let message = if e.details().is_empty() {
@@ -145,6 +149,13 @@ pub(super) fn store_error(e: &fred::error::Error) -> StoreError {
         e.details().to_string()
     };
     StoreError::new(kind, message)
+}
+
+/// Whether an error reply is Redis's refusal of a write at `maxmemory`
+/// (`OOM command not allowed when used memory > 'maxmemory'`, also inside a
+/// script's error).
+fn is_out_of_memory(details: &str) -> bool {
+    details.starts_with("OOM ") || details.contains("OOM command not allowed")
 }
 
 /// Every script call fails at once while its connection is down instead of
@@ -285,5 +296,20 @@ mod tests {
         assert_eq!(moved_key(moved).kind, StoreErrorKind::Unavailable);
         let other = StoreError::new(StoreErrorKind::Rejected, "ERR wrong number of arguments");
         assert_eq!(moved_key(other).kind, StoreErrorKind::Rejected);
+    }
+
+    #[test]
+    fn a_redis_out_of_memory_is_the_stores_failure_not_an_answer() {
+        use fred::error::{Error, ErrorKind};
+        for text in [
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "ERR Error running script (call to f_x): @user_script:12: @user_script: 12: -OOM command not allowed when used memory > 'maxmemory'.",
+        ] {
+            let e = store_error(&Error::new(ErrorKind::Unknown, text));
+            assert_eq!(e.kind, StoreErrorKind::Unavailable, "{text}");
+            assert!(e.is_transient());
+        }
+        let wrong = store_error(&Error::new(ErrorKind::Unknown, "WRONGTYPE Operation"));
+        assert_eq!(wrong.kind, StoreErrorKind::Rejected);
     }
 }

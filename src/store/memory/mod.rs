@@ -21,10 +21,11 @@
 //! Bound: at most `MEMORY_MAX_KEYS` keys ([`MemoryStore::with_max_keys`];
 //! each shard holds its 1/64th). A work that would add a key to a full
 //! shard first drops that shard's expired keys (at most once a second per
-//! shard); if the shard is still full the work fails as
-//! [`StoreErrorKind::Unavailable`], so its items are answered by their
-//! rules' failure policies. A live key's count is never dropped to make
-//! room: a flood of new keys cannot reset an active key.
+//! shard); if the shard is still full, the rule that holds the most keys
+//! in it gives up its oldest (see [`shares`]): one rule's flood of new keys
+//! takes only its own part of the capacity, and a rule that holds less
+//! than its fair share never loses a live key. Only a shard that no rule
+//! holds a key of fails the work, as [`StoreErrorKind::Unavailable`].
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -38,7 +39,12 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 use super::{
     Answer, Decided, Limit, OriginalWindow, Policy, Reply, Store, StoreError, StoreErrorKind, Work,
 };
+use crate::config::tree::RuleId;
 use crate::limiter::{Algorithm, Clock, Decision, Limiter, LimiterState, WindowCount};
+
+mod shares;
+
+use shares::{owner_hash, Seen, Shares};
 
 const SHARDS: usize = 64;
 
@@ -49,12 +55,15 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 /// What a work that finds its shard full fails with.
 pub const FULL: &str = "the memory store holds MEMORY_MAX_KEYS keys";
 
-/// A counter of the original's: its value and the Unix second at which it
-/// expires.
+/// A counter of the original's: its value, the Unix second at which it
+/// expires, and the hash of its rule.
 #[derive(Debug, Clone, Copy)]
 struct Counter {
     count: u64,
     expires_at: u64,
+    owner: u64,
+    /// Hit since a full shard last passed over it (see [`shares`]).
+    used: bool,
 }
 
 /// The keys are already uniform hashes: use their low bits as the hash.
@@ -83,14 +92,19 @@ struct Slot {
     state: LimiterState,
     /// Since the Unix epoch; past it the key is as good as absent.
     expires_at: Duration,
+    /// The hash of its rule.
+    owner: u64,
+    /// Hit since a full shard last passed over it (see [`shares`]).
+    used: bool,
 }
 
-/// One shard: the original's counters (16 bytes a value) and the opt-in
-/// limits' states, under one lock.
+/// One shard: the original's counters (24 bytes a value) and the opt-in
+/// limits' states, and each rule's holdings, under one lock.
 #[derive(Debug, Default)]
 struct Shard {
     counters: Table<Counter>,
     states: Table<Slot>,
+    shares: Shares,
     /// When a full shard last dropped its expired keys.
     swept_at: Duration,
 }
@@ -107,8 +121,58 @@ impl Shard {
     /// Drops the expired keys; how many.
     fn drop_expired(&mut self, now: Duration) -> usize {
         let now_secs = now.as_secs();
-        retain(&mut self.counters, |c| c.expires_at > now_secs)
-            + retain(&mut self.states, |slot| slot.expires_at > now)
+        let Shard {
+            counters,
+            states,
+            shares,
+            ..
+        } = self;
+        let dropped = retain(counters, |c| {
+            let live = c.expires_at > now_secs;
+            if !live {
+                shares.removed(c.owner);
+            }
+            live
+        }) + retain(states, |slot| {
+            let live = slot.expires_at > now;
+            if !live {
+                shares.removed(slot.owner);
+            }
+            live
+        });
+        shares.compact(|id| counters.contains_key(&id) || states.contains_key(&id));
+        dropped
+    }
+
+    /// Makes room for a new key of `owner` in this full shard: the rule
+    /// that holds the most keys gives up its oldest. Which rule gave way,
+    /// or `None` when no rule holds a key here.
+    fn evict_for(&mut self, owner: u64) -> Option<u64> {
+        let victim = self.shares.victim(owner)?;
+        let Shard {
+            counters,
+            states,
+            shares,
+            ..
+        } = self;
+        let seen = |id: u128| {
+            let mark = match counters.get_mut(&id) {
+                Some(c) => Some((c.owner, &mut c.used)),
+                None => states.get_mut(&id).map(|s| (s.owner, &mut s.used)),
+            };
+            match mark {
+                Some((owner, used)) if owner == victim => match std::mem::take(used) {
+                    true => Seen::Used,
+                    false => Seen::Unused,
+                },
+                _ => Seen::Gone,
+            }
+        };
+        let id = shares.oldest_of(victim, seen)?;
+        if counters.remove(&id).is_none() {
+            states.remove(&id);
+        }
+        Some(victim)
     }
 }
 
@@ -124,6 +188,8 @@ pub struct MemoryStore {
     full_logged: std::sync::atomic::AtomicBool,
     /// Whether the sweeper sets the `ratelimit.memory.keys` gauge.
     reports_keys: bool,
+    /// The rules whose start of evicting was logged.
+    evicting_logged: Mutex<std::collections::HashSet<u64>>,
 }
 
 impl MemoryStore {
@@ -143,6 +209,7 @@ impl MemoryStore {
             per_shard: max_keys.div_ceil(SHARDS).max(1),
             full_logged: std::sync::atomic::AtomicBool::new(false),
             reports_keys: false,
+            evicting_logged: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -198,25 +265,69 @@ impl MemoryStore {
     }
 
     /// Whether every key of `work` that it would add fits: a full shard
-    /// drops its expired keys first, at most once a second.
+    /// drops its expired keys first, at most once a second, then makes
+    /// room by its rules' shares (see [`shares`]).
     fn has_room(&self, work: &Work, ids: &[u128], locked: &mut Locked<'_>, now: Duration) -> bool {
         if !work.policy.commits() {
             return true;
         }
+        // New keys of this work per shard, which it adds after this check.
+        let mut adding = [0usize; SHARDS];
         for (item, &id) in work.items.iter().zip(ids) {
+            let added = &mut adding[MemoryStore::shard_of(id)];
             let shard = locked.shard(id);
-            if item.taken() == 0 || shard.len() < self.per_shard || shard.holds(id) {
+            if item.taken() == 0 || shard.holds(id) {
                 continue;
             }
-            if now.saturating_sub(shard.swept_at) >= Duration::from_secs(1) {
+            if shard.len() + *added >= self.per_shard
+                && now.saturating_sub(shard.swept_at) >= Duration::from_secs(1)
+            {
                 shard.swept_at = now;
                 shard.drop_expired(now);
             }
-            if shard.len() >= self.per_shard {
-                return false;
+            // Each turn removes a key: bounded by the shard's keys.
+            while shard.len() + *added >= self.per_shard {
+                match shard.evict_for(owner_hash(item.owner.as_ref())) {
+                    Some(victim) => self.evicted(victim, shard),
+                    None => return false,
+                }
             }
+            *added += 1;
         }
         true
+    }
+
+    /// Logs the first eviction of each rule, once.
+    fn evicted(&self, victim: u64, shard: &Shard) {
+        let Some(h) = shard.shares.by_rule.get(&victim) else {
+            return;
+        };
+        if h.evictions == 1 && self.evicting_logged.lock().insert(victim) {
+            tracing::warn!(
+                rule = %h.name,
+                max_keys = self.max_keys(),
+                "a rule holds the most keys of the memory store's MEMORY_MAX_KEYS: its oldest keys make way for new ones (ratelimit.memory.rule.<rule>.evictions)"
+            );
+        }
+    }
+
+    /// Per rule, most keys first: its load key, the keys it holds, and its
+    /// keys evicted so far.
+    pub fn holdings(&self) -> Vec<(Arc<str>, u64, u64)> {
+        let mut by_rule: HashMap<u64, (Arc<str>, u64, u64)> = HashMap::new();
+        for shard in self.shards.iter() {
+            let shard = shard.lock();
+            for (&rule, h) in &shard.shares.by_rule {
+                let e = by_rule
+                    .entry(rule)
+                    .or_insert_with(|| (Arc::clone(&h.name), 0, 0));
+                e.1 += h.held as u64;
+                e.2 += h.evictions;
+            }
+        }
+        let mut all: Vec<_> = by_rule.into_values().collect();
+        all.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        all
     }
 
     /// Runs [`MemoryStore::sweep`] every `interval` until the returned guard
@@ -233,6 +344,11 @@ impl MemoryStore {
                 store.sweep();
                 if store.reports_keys {
                     ::metrics::gauge!(crate::metrics::MEMORY_KEYS).set(store.len() as f64);
+                    for (rule, keys, evictions) in store.holdings() {
+                        let (held, evicted) = crate::metrics::memory_rule(&rule);
+                        held.set(keys as f64);
+                        evicted.absolute(evictions);
+                    }
                 }
             }
         });
@@ -242,7 +358,7 @@ impl MemoryStore {
 
 /// Keeps the entries `live` accepts, giving table memory back once a table
 /// is mostly empty; returns how many were removed.
-fn retain<V>(map: &mut Table<V>, live: impl Fn(&V) -> bool) -> usize {
+fn retain<V>(map: &mut Table<V>, mut live: impl FnMut(&V) -> bool) -> usize {
     let before = map.len();
     map.retain(|_, v| live(v));
     if map.capacity() > 64 && map.len() < map.capacity() / 4 {
@@ -290,24 +406,60 @@ impl<'a> Locked<'a> {
 
     /// Adds `hits` to an original counter (a fresh one once its window has
     /// ended) in one lookup; its value after.
-    fn count(&mut self, id: u128, hits: u64, w: &OriginalWindow, now_secs: u64) -> u64 {
+    fn count(
+        &mut self,
+        id: u128,
+        hits: u64,
+        w: &OriginalWindow,
+        now_secs: u64,
+        owner: Option<&RuleId>,
+    ) -> u64 {
         let fresh = Counter {
             count: 0,
             expires_at: w.window.start + w.window.length,
+            owner: owner_hash(owner),
+            used: false,
         };
-        let c = self.shard(id).counters.entry(id).or_insert(fresh);
+        let shard = self.shard(id);
+        let c = match shard.counters.entry(id) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let c = e.into_mut();
+                c.used = true;
+                c
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                shard.shares.added(id, owner);
+                e.insert(fresh)
+            }
+        };
         if c.expires_at <= now_secs {
-            *c = fresh;
+            *c = Counter {
+                owner: c.owner,
+                ..fresh
+            };
         }
         c.count = c.count.saturating_add(hits);
         c.count
     }
 
-    fn set_counter(&mut self, id: u128, count: u64, w: &OriginalWindow) {
+    fn set_counter(&mut self, id: u128, count: u64, w: &OriginalWindow, owner: Option<&RuleId>) {
         let expires_at = w.window.start + w.window.length;
-        self.shard(id)
-            .counters
-            .insert(id, Counter { count, expires_at });
+        let shard = self.shard(id);
+        let counter = Counter {
+            count,
+            expires_at,
+            owner: owner_hash(owner),
+            used: false,
+        };
+        if let Some(old) = shard.counters.insert(id, counter) {
+            // The key keeps the rule it was added for.
+            if let Some(c) = shard.counters.get_mut(&id) {
+                c.owner = old.owner;
+                c.used = true;
+            }
+        } else {
+            shard.shares.added(id, owner);
+        }
     }
 
     /// An opt-in limit's state now (`None` once it has expired).
@@ -319,9 +471,36 @@ impl<'a> Locked<'a> {
             .map(|slot| slot.state.clone())
     }
 
-    fn set_state(&mut self, id: u128, limiter: &Limiter, state: LimiterState, now: Duration) {
+    fn set_state(
+        &mut self,
+        id: u128,
+        limiter: &Limiter,
+        state: LimiterState,
+        now: Duration,
+        owner: Option<&RuleId>,
+    ) {
         let expires_at = now + limiter.expires_after(&state, now);
-        self.shard(id).states.insert(id, Slot { state, expires_at });
+        let shard = self.shard(id);
+        match shard.states.get_mut(&id) {
+            Some(slot) => {
+                slot.state = state;
+                slot.expires_at = expires_at;
+                slot.used = true;
+            }
+            None => {
+                let owner_of = owner_hash(owner);
+                shard.shares.added(id, owner);
+                shard.states.insert(
+                    id,
+                    Slot {
+                        state,
+                        expires_at,
+                        owner: owner_of,
+                        used: false,
+                    },
+                );
+            }
+        }
     }
 }
 
@@ -380,7 +559,7 @@ impl MemoryStore {
                     Limit::Algorithm(l) | Limit::Reference { contract: l, .. } => {
                         if let Some(state) = locked.state(id, now) {
                             let state = l.refund(state, item.cost, taken_at, now);
-                            locked.set_state(id, l, state, now);
+                            locked.set_state(id, l, state, now, item.owner.as_ref());
                         }
                     }
                     // The key names its window: an ended one has expired.
@@ -399,7 +578,7 @@ impl MemoryStore {
                 Limit::Algorithm(l) | Limit::Reference { contract: l, .. } => {
                     if let Some(state) = locked.state(id, now) {
                         let state = l.give_back(state, item.cost, now);
-                        locked.set_state(id, l, state, now);
+                        locked.set_state(id, l, state, now, item.owner.as_ref());
                     }
                 }
                 // The key names its window: the current one's count.
@@ -431,7 +610,8 @@ impl MemoryStore {
         // What the work would write, so that items on one key see the ones
         // before them.
         let mut pending: Table<LimiterState> = Table::default();
-        let mut writes: Vec<(u128, Write)> = Vec::new();
+        // By item position: the key and its rule are the item's.
+        let mut writes: Vec<(usize, Write)> = Vec::new();
         // Per item: its decision, its count before and after, and whether
         // it was taken (for the references that follow it).
         let mut results: Vec<(Decision, u64, u64)> = Vec::with_capacity(items.len());
@@ -452,7 +632,7 @@ impl MemoryStore {
                         (true, true) if !exceeds.get(i).copied().unwrap_or(false) => 0,
                         _ => item.cost,
                     };
-                    let after = locked.count(id, hits, w, now_secs);
+                    let after = locked.count(id, hits, w, now_secs, item.owner.as_ref());
                     if let Some(t) = taken.get_mut(i) {
                         *t = hits > 0 && after <= w.limit;
                     }
@@ -474,7 +654,7 @@ impl MemoryStore {
                             count: after,
                         });
                         pending.insert(id, next);
-                        writes.push((id, Write::Counter(*w, after)));
+                        writes.push((i, Write::Counter(*w, after)));
                     }
                     results.push((decision, before, after));
                 }
@@ -483,7 +663,7 @@ impl MemoryStore {
                     let (decision, next) = limiter.decide(state, item.taken(), now);
                     if decision.is_allowed() && item.taken() > 0 {
                         pending.insert(id, next.clone());
-                        writes.push((id, Write::State(*limiter, next)));
+                        writes.push((i, Write::State(*limiter, next)));
                     }
                     results.push((decision, 0, 0));
                 }
@@ -499,12 +679,12 @@ impl MemoryStore {
                         match subject {
                             Some(s) if follows_counter => {
                                 if taken.get(*s).copied().unwrap_or(false) {
-                                    locked.set_state(id, contract, next, now);
+                                    locked.set_state(id, contract, next, now, item.owner.as_ref());
                                 }
                             }
                             _ => {
                                 pending.insert(id, next.clone());
-                                writes.push((id, Write::State(*contract, next)));
+                                writes.push((i, Write::State(*contract, next)));
                             }
                         }
                     }
@@ -518,10 +698,13 @@ impl MemoryStore {
                 .zip(&results)
                 .all(|(c, (d, ..))| !c.binding || d.is_allowed());
         if committed {
-            for (id, write) in writes {
+            let owner = |i: usize| items[i].owner.as_ref();
+            for (i, write) in writes {
                 match write {
-                    Write::Counter(w, count) => locked.set_counter(id, count, &w),
-                    Write::State(limiter, state) => locked.set_state(id, &limiter, state, now),
+                    Write::Counter(w, count) => locked.set_counter(ids[i], count, &w, owner(i)),
+                    Write::State(limiter, state) => {
+                        locked.set_state(ids[i], &limiter, state, now, owner(i))
+                    }
                 }
             }
         }
@@ -657,45 +840,89 @@ mod tests {
         assert!(capacity < 10_000, "tables shrank, capacity {capacity}");
     }
 
+    /// The original's counter on `key` of rule `rule`.
+    fn of_rule(rule: &RuleId, key: &str, unit: u64) -> Item {
+        Item {
+            owner: Some(rule.clone()),
+            ..inc(key, 1, 0, unit, 10)
+        }
+    }
+
     #[tokio::test]
-    async fn a_full_store_refuses_new_keys_but_never_an_active_one() {
+    async fn a_flood_of_one_rule_takes_only_its_own_part_of_a_full_store() {
         let clock = Arc::new(ManualClock::at_secs(0));
-        // One key a shard.
-        let store = MemoryStore::with_max_keys(clock.clone(), 64);
-        let active = inc("active", 1, 0, 60, 10);
-        store
-            .count(std::slice::from_ref(&active), Policy::Commit)
-            .await
-            .expect("room");
-        // A flood of one-second keys until every shard is full.
-        let mut refused = 0;
+        // 32 keys a shard: the quiet rule's 50 keys hold at most a few of
+        // any shard, far below half of it.
+        let store = MemoryStore::with_max_keys(clock.clone(), 2048);
+        let (flood, quiet) = (RuleId::new("d.flood"), RuleId::new("d.quiet"));
+        let active: Vec<Item> = (0..40)
+            .map(|i| of_rule(&quiet, &format!("active{i}"), 60))
+            .collect();
+        for a in &active {
+            store
+                .count(std::slice::from_ref(a), Policy::Commit)
+                .await
+                .expect("room");
+        }
+        // 10,000 unique keys of one rule, for the whole window: never
+        // refused, its own oldest keys make way.
         for i in 0..10_000 {
-            let key = inc(&format!("flood{i}"), 1, 0, 1, 10);
-            if let Err(e) = store.count(&[key], Policy::Commit).await {
-                assert_eq!(
-                    (e.kind, e.message.as_str()),
-                    (StoreErrorKind::Unavailable, FULL)
-                );
-                refused += 1;
+            let key = of_rule(&flood, &format!("flood{i}"), 60);
+            store
+                .count(&[key], Policy::Commit)
+                .await
+                .expect("room, by the flood's own keys");
+            // Meanwhile the quiet rule adds keys too, and keeps them.
+            if i % 1_000 == 999 {
+                let new = of_rule(&quiet, &format!("late{i}"), 60);
+                assert_eq!(store.count(&[new], Policy::Commit).await, Ok(vec![1]));
             }
         }
-        assert!(store.len() <= 64, "{} keys", store.len());
-        assert!(refused >= 10_000 - 64);
-        // The active key still counts, from where it was.
-        let counted = store
-            .count(std::slice::from_ref(&active), Policy::Commit)
-            .await;
-        assert_eq!(counted, Ok(vec![2]));
-        // A second later the flood's keys have expired: a full shard drops
-        // them and takes the new key (one whose shard the active key does
-        // not fill).
-        clock.set(Duration::from_secs(1));
-        let shard = |key: &str| MemoryStore::shard_of(store.id(key));
-        let name = (0..)
-            .map(|i| format!("fresh{i}"))
-            .find(|k| shard(k) != shard("active"))
-            .expect("a key of another shard");
-        let fresh = inc(&name, 1, 1, 1, 10);
-        assert_eq!(store.count(&[fresh], Policy::Commit).await, Ok(vec![1]));
+        assert_eq!(store.len(), 2048, "full, and no more");
+        // Every key of the quiet rule still counts from where it was.
+        for a in &active {
+            let counted = store.count(std::slice::from_ref(a), Policy::Commit).await;
+            assert_eq!(counted, Ok(vec![2]), "{}", a.key);
+        }
+        let held = store.holdings();
+        let by = |r: &RuleId| {
+            held.iter()
+                .find(|(n, ..)| n == r.name())
+                .map(|(_, k, e)| (*k, *e))
+        };
+        let (flood_keys, flood_evicted) = by(&flood).expect("the flood's row");
+        assert_eq!(by(&quiet), Some((50, 0)), "the quiet rule lost nothing");
+        assert_eq!(flood_keys + 50, store.len() as u64);
+        assert_eq!(
+            flood_evicted,
+            10_000 - flood_keys,
+            "each new flood key past its part evicted one"
+        );
+        assert_eq!(held[0].0, *flood.name(), "most keys first");
+        // A minute later the flood's keys have expired and been swept.
+        clock.set(Duration::from_secs(60));
+        store.sweep();
+        assert_eq!(store.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn two_floods_share_what_the_quiet_rules_leave() {
+        let clock = Arc::new(ManualClock::at_secs(0));
+        let store = MemoryStore::with_max_keys(clock.clone(), 64 * 16);
+        let (a, b) = (RuleId::new("d.a"), RuleId::new("d.b"));
+        for i in 0..20_000 {
+            let rule = if i % 2 == 0 { &a } else { &b };
+            let key = of_rule(rule, &format!("k{i}"), 60);
+            store.count(&[key], Policy::Commit).await.expect("room");
+        }
+        let held = store.holdings();
+        let keys = |r: &RuleId| {
+            held.iter()
+                .find(|(n, ..)| n == r.name())
+                .map_or(0, |(_, k, _)| *k)
+        };
+        // Equal shares, per shard within one key.
+        assert!(keys(&a).abs_diff(keys(&b)) <= 64, "{held:?}");
+        assert_eq!(keys(&a) + keys(&b), 1024);
     }
 }
