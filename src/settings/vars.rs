@@ -130,7 +130,8 @@ pub const ENV_LEASE_TTL: &str = "LEASE_TTL";
 /// The largest batch as a share of the limit, in (0, 1]. Ours; default `0.05`.
 pub const ENV_LEASE_MAX_SHARE: &str = "LEASE_MAX_SHARE";
 /// The most keys the memory store holds (`BACKEND_TYPE=memory`). Ours;
-/// default `1000000` (about 100 MB).
+/// default `1000000` (about 125 MB), shared between the rules that hold
+/// keys (a flood of one rule evicts its own keys).
 pub const ENV_MEMORY_MAX_KEYS: &str = "MEMORY_MAX_KEYS";
 /// How long an RLQS assignment holds without a new report, and how long
 /// a silent Envoy's share stays taken. Ours; default `15s` (three of

@@ -44,11 +44,11 @@ use crate::limiter::{Algorithm, Clock, Decision, Limiter, LimiterState, WindowCo
 
 mod shares;
 
-use shares::{owner_hash, Seen, Shares};
+use shares::{owner_hash, Owner, Seen, Shares};
 
 const SHARDS: usize = 64;
 
-/// `MEMORY_MAX_KEYS`' default: about 100 MB at the 70 to 100 bytes of
+/// `MEMORY_MAX_KEYS`' default: about 125 MB at the 125 bytes of
 /// resident memory a key measured with the tables' slack.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
@@ -56,12 +56,12 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 pub const FULL: &str = "the memory store holds MEMORY_MAX_KEYS keys";
 
 /// A counter of the original's: its value, the Unix second at which it
-/// expires, and the hash of its rule.
+/// expires, its rule, and whether it was hit lately.
 #[derive(Debug, Clone, Copy)]
 struct Counter {
     count: u64,
     expires_at: u64,
-    owner: u64,
+    owner: Owner,
     /// Hit since a full shard last passed over it (see [`shares`]).
     used: bool,
 }
@@ -92,8 +92,8 @@ struct Slot {
     state: LimiterState,
     /// Since the Unix epoch; past it the key is as good as absent.
     expires_at: Duration,
-    /// The hash of its rule.
-    owner: u64,
+    /// Its rule.
+    owner: Owner,
     /// Hit since a full shard last passed over it (see [`shares`]).
     used: bool,
 }
@@ -147,7 +147,7 @@ impl Shard {
     /// Makes room for a new key of `owner` in this full shard: the rule
     /// that holds the most keys gives up its oldest. Which rule gave way,
     /// or `None` when no rule holds a key here.
-    fn evict_for(&mut self, owner: u64) -> Option<u64> {
+    fn evict_for(&mut self, owner: Owner) -> Option<Owner> {
         let victim = self.shares.victim(owner)?;
         let Shard {
             counters,
@@ -189,7 +189,7 @@ pub struct MemoryStore {
     /// Whether the sweeper sets the `ratelimit.memory.keys` gauge.
     reports_keys: bool,
     /// The rules whose start of evicting was logged.
-    evicting_logged: Mutex<std::collections::HashSet<u64>>,
+    evicting_logged: Mutex<std::collections::HashSet<Owner>>,
 }
 
 impl MemoryStore {
@@ -298,7 +298,7 @@ impl MemoryStore {
     }
 
     /// Logs the first eviction of each rule, once.
-    fn evicted(&self, victim: u64, shard: &Shard) {
+    fn evicted(&self, victim: Owner, shard: &Shard) {
         let Some(h) = shard.shares.by_rule.get(&victim) else {
             return;
         };
@@ -314,7 +314,7 @@ impl MemoryStore {
     /// Per rule, most keys first: its load key, the keys it holds, and its
     /// keys evicted so far.
     pub fn holdings(&self) -> Vec<(Arc<str>, u64, u64)> {
-        let mut by_rule: HashMap<u64, (Arc<str>, u64, u64)> = HashMap::new();
+        let mut by_rule: HashMap<Owner, (Arc<str>, u64, u64)> = HashMap::new();
         for shard in self.shards.iter() {
             let shard = shard.lock();
             for (&rule, h) in &shard.shares.by_rule {

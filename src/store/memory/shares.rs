@@ -31,12 +31,20 @@ use std::sync::Arc;
 
 use crate::config::tree::RuleId;
 
-/// The owner hash of a key no rule was named for.
-pub(super) const UNOWNED: u64 = 0;
+/// What a key keeps of its rule: 32 bits of the rule's hash (two rules
+/// whose hashes agree there would share one share, with probability about
+/// rules² / 2³³).
+pub(super) type Owner = u32;
 
-/// The hash a store keeps for `owner`.
-pub(super) fn owner_hash(owner: Option<&RuleId>) -> u64 {
-    owner.map_or(UNOWNED, RuleId::hash)
+/// The owner of a key no rule was named for.
+pub(super) const UNOWNED: Owner = 0;
+
+/// The owner a store keeps for `rule`.
+pub(super) fn owner_hash(rule: Option<&RuleId>) -> Owner {
+    rule.map_or(UNOWNED, |r| {
+        let h = r.hash();
+        (h ^ (h >> 32)) as u32
+    })
 }
 
 /// What a shard says of a key its rule's order names.
@@ -68,7 +76,7 @@ pub(super) struct Holding {
 /// Every rule's holdings in one shard.
 #[derive(Debug, Default)]
 pub(super) struct Shares {
-    pub(super) by_rule: HashMap<u64, Holding>,
+    pub(super) by_rule: HashMap<Owner, Holding>,
 }
 
 impl Shares {
@@ -88,7 +96,7 @@ impl Shares {
     }
 
     /// A key of the rule hashed `owner` is gone (expired or evicted).
-    pub(super) fn removed(&mut self, owner: u64) {
+    pub(super) fn removed(&mut self, owner: Owner) {
         if let Some(h) = self.by_rule.get_mut(&owner) {
             h.held = h.held.saturating_sub(1);
         }
@@ -97,7 +105,7 @@ impl Shares {
     /// The rule that gives up a key for a new one of `inserting`: the one
     /// that holds the most, `inserting` first among equals. `None` when no
     /// rule holds a key.
-    pub(super) fn victim(&self, inserting: u64) -> Option<u64> {
+    pub(super) fn victim(&self, inserting: Owner) -> Option<Owner> {
         self.by_rule
             .iter()
             .filter(|(_, h)| h.held > 0)
@@ -111,7 +119,7 @@ impl Shares {
     /// has none left. At most two rounds of its order.
     pub(super) fn oldest_of(
         &mut self,
-        rule: u64,
+        rule: Owner,
         mut seen: impl FnMut(u128) -> Seen,
     ) -> Option<u128> {
         let h = self.by_rule.get_mut(&rule)?;
@@ -138,6 +146,9 @@ impl Shares {
             if h.order.len() > h.held.saturating_mul(2) + 16 {
                 h.order.retain(|&id| present(id));
             }
+            if h.order.capacity() > 4 * h.order.len() + 64 {
+                h.order.shrink_to_fit();
+            }
         }
         self.by_rule.retain(|_, h| h.held > 0 || h.evictions > 0);
     }
@@ -158,17 +169,17 @@ mod tests {
             s.added(id, Some(&b));
         }
         // b (2 keys) inserting: a (6) gives way, its oldest first.
-        assert_eq!(s.victim(b.hash()), Some(a.hash()));
-        assert_eq!(s.oldest_of(a.hash(), |_| Seen::Unused), Some(0));
+        assert_eq!(s.victim(owner_hash(Some(&b))), Some(owner_hash(Some(&a))));
+        assert_eq!(s.oldest_of(owner_hash(Some(&a)), |_| Seen::Unused), Some(0));
         // a inserting: a still holds the most, so its own oldest goes.
-        assert_eq!(s.victim(a.hash()), Some(a.hash()));
+        assert_eq!(s.victim(owner_hash(Some(&a))), Some(owner_hash(Some(&a))));
         // Equal holdings: the inserting rule first.
         let mut eq = Shares::default();
         eq.added(1, Some(&a));
         eq.added(2, Some(&b));
-        assert_eq!(eq.victim(a.hash()), Some(a.hash()));
-        assert_eq!(eq.victim(b.hash()), Some(b.hash()));
-        assert_eq!(Shares::default().victim(a.hash()), None);
+        assert_eq!(eq.victim(owner_hash(Some(&a))), Some(owner_hash(Some(&a))));
+        assert_eq!(eq.victim(owner_hash(Some(&b))), Some(owner_hash(Some(&b))));
+        assert_eq!(Shares::default().victim(owner_hash(Some(&a))), None);
     }
 
     #[test]
@@ -178,11 +189,15 @@ mod tests {
         for id in 0..3 {
             s.added(id, Some(&a));
         }
-        s.removed(a.hash());
+        s.removed(owner_hash(Some(&a)));
         let seen = |id| if id == 0 { Seen::Gone } else { Seen::Unused };
-        assert_eq!(s.oldest_of(a.hash(), seen), Some(1), "0 had expired");
-        assert_eq!(s.by_rule[&a.hash()].held, 1);
-        assert_eq!(s.by_rule[&a.hash()].evictions, 1);
+        assert_eq!(
+            s.oldest_of(owner_hash(Some(&a)), seen),
+            Some(1),
+            "0 had expired"
+        );
+        assert_eq!(s.by_rule[&owner_hash(Some(&a))].held, 1);
+        assert_eq!(s.by_rule[&owner_hash(Some(&a))].evictions, 1);
     }
 
     #[test]
@@ -202,12 +217,12 @@ mod tests {
                 Seen::Unused
             }
         };
-        assert_eq!(s.oldest_of(a.hash(), &mut seen), Some(2));
-        assert_eq!(s.oldest_of(a.hash(), &mut seen), Some(3));
-        assert_eq!(s.oldest_of(a.hash(), &mut seen), Some(0));
+        assert_eq!(s.oldest_of(owner_hash(Some(&a)), &mut seen), Some(2));
+        assert_eq!(s.oldest_of(owner_hash(Some(&a)), &mut seen), Some(3));
+        assert_eq!(s.oldest_of(owner_hash(Some(&a)), &mut seen), Some(0));
         // Every key always used: still one goes, after two rounds.
         let mut always = |_| Seen::Used;
-        assert_eq!(s.oldest_of(a.hash(), &mut always), Some(1));
+        assert_eq!(s.oldest_of(owner_hash(Some(&a)), &mut always), Some(1));
     }
 
     proptest::proptest! {
@@ -220,13 +235,13 @@ mod tests {
             let rules: Vec<RuleId> = (0..4).map(|i| RuleId::new(&format!("d.r{i}"))).collect();
             let capacity = 20usize;
             let mut s = Shares::default();
-            let mut keys: HashMap<u128, u64> = HashMap::new();
+            let mut keys: HashMap<u128, Owner> = HashMap::new();
             for (n, r) in inserts.into_iter().enumerate() {
                 let rule = &rules[usize::from(r)];
                 if keys.len() >= capacity {
                     let holders = s.by_rule.values().filter(|h| h.held > 0).count()
-                        + usize::from(s.by_rule.get(&rule.hash()).is_none_or(|h| h.held == 0));
-                    let victim = s.victim(rule.hash()).expect("a full shard has holders");
+                        + usize::from(s.by_rule.get(&owner_hash(Some(rule))).is_none_or(|h| h.held == 0));
+                    let victim = s.victim(owner_hash(Some(rule))).expect("a full shard has holders");
                     let held = s.by_rule[&victim].held;
                     proptest::prop_assert!(held * holders >= capacity, "evicted {held} of {capacity} with {holders} rules");
                     let seen = |id| if keys.get(&id) == Some(&victim) { Seen::Unused } else { Seen::Gone };
@@ -234,7 +249,7 @@ mod tests {
                     keys.remove(&id);
                 }
                 let id = n as u128 + 1_000;
-                keys.insert(id, rule.hash());
+                keys.insert(id, owner_hash(Some(rule)));
                 s.added(id, Some(rule));
             }
         }
