@@ -22,7 +22,7 @@
 //! each shard holds its 1/64th). A work that would add a key to a full
 //! shard first drops that shard's expired keys (at most once a second per
 //! shard); if the shard is still full, the rule that holds the most keys
-//! in it gives up its oldest (see [`shares`]): one rule's flood of new keys
+//! in it gives up its least recently used (see `shares.rs`): one rule's flood of new keys
 //! takes only its own part of the capacity, and a rule that holds less
 //! than its fair share never loses a live key. Only a shard that no rule
 //! holds a key of fails the work, as [`StoreErrorKind::Unavailable`].
