@@ -62,33 +62,13 @@ fn main() -> ExitCode {
         let metrics = ratelimit::metrics::install(app::metrics_options(&settings)?)
             .map_err(|e| app::AppError::Unsupported(e.to_string()))?;
         // The Prometheus port opens first, as in the original.
-        let (stop_prometheus, prometheus_stopped) = tokio::sync::oneshot::channel::<()>();
-        if settings.stats.use_prometheus {
-            let addr = ratelimit::metrics::listen_addr(&settings.stats.prometheus_addr);
-            let listener = tokio::net::TcpListener::bind(&addr)
-                .await
-                .map_err(|source| app::AppError::Listen {
-                    what: "Prometheus",
-                    addr: addr.clone(),
-                    source,
-                })?;
-            let metrics = metrics.clone();
-            let path = settings.stats.prometheus_path.clone();
-            tokio::spawn(async move {
-                let stopped = async {
-                    let _ = prometheus_stopped.await;
-                };
-                if let Err(e) = metrics.serve_prometheus(listener, path, stopped).await {
-                    tracing::error!("Prometheus listener: {e}");
-                }
-            });
-        }
+        let prometheus = app::serve_prometheus(&settings, &metrics).await?;
         let timings = ShutdownTimings {
             drain: settings.shutdown.drain,
             deadline: settings.shutdown.timeout,
         };
         let result = app::run(settings, timings, metrics.clone(), None, signal()).await;
-        let _ = stop_prometheus.send(());
+        drop(prometheus);
         metrics.flush_and_stop().await;
         result
     });

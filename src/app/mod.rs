@@ -121,6 +121,44 @@ pub struct BoundAddrs {
     pub debug: SocketAddr,
 }
 
+/// The Prometheus listener (`USE_PROMETHEUS`); it stops when dropped.
+#[derive(Debug)]
+pub struct PrometheusListener {
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+/// Opens the Prometheus port (`PROMETHEUS_ADDR`, `PROMETHEUS_PATH`) when
+/// `USE_PROMETHEUS` asks for it, serving `metrics` until the returned
+/// listener is dropped. The original opens it before any other port, so
+/// the caller does too.
+pub async fn serve_prometheus(
+    settings: &Settings,
+    metrics: &MetricsHandle,
+) -> Result<Option<PrometheusListener>, AppError> {
+    if !settings.stats.use_prometheus {
+        return Ok(None);
+    }
+    let addr = crate::metrics::listen_addr(&settings.stats.prometheus_addr);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|source| AppError::Listen {
+            what: "Prometheus",
+            addr: addr.clone(),
+            source,
+        })?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (metrics, path) = (metrics.clone(), settings.stats.prometheus_path.clone());
+    tokio::spawn(async move {
+        let stopped = async {
+            let _ = stopped.await;
+        };
+        if let Err(e) = metrics.serve_prometheus(listener, path, stopped).await {
+            tracing::error!("Prometheus listener: {e}");
+        }
+    });
+    Ok(Some(PrometheusListener { _stop: stop }))
+}
+
 /// Runs the service until `shutdown` resolves, recording into the installed
 /// `metrics`; `ready` receives the bound addresses once every listener is
 /// open.
