@@ -7,8 +7,9 @@
 //! tokio's) is right here: the critical section never awaits.
 //!
 //! Keys are stored as a 128-bit SipHash-1-3 of the cache key under a random
-//! per-process secret, not as strings: an entry is 32 bytes (plus the table's
-//! slack), whatever the key's length. Two distinct keys share a counter only
+//! per-process secret, not as strings: a counter's entry is 40 bytes (plus
+//! the table's slack and its place in its rule's eviction order), whatever
+//! the key's length. Two distinct keys share a counter only
 //! if their 128-bit hashes collide, with probability at most `n² / 2¹²⁹` for
 //! `n` live keys (below 10⁻²⁶ at ten million keys), and the secret keeps an
 //! attacker from crafting collisions.
@@ -145,7 +146,8 @@ impl Shard {
     }
 
     /// Makes room for a new key of `owner` in this full shard: the rule
-    /// that holds the most keys gives up its oldest. Which rule gave way,
+    /// that holds the most keys gives up its least recently used one (see
+    /// `shares.rs`). Which rule gave way,
     /// or `None` when no rule holds a key here.
     fn evict_for(&mut self, owner: Owner) -> Option<Owner> {
         let victim = self.shares.victim(owner)?;
@@ -445,20 +447,21 @@ impl<'a> Locked<'a> {
     fn set_counter(&mut self, id: u128, count: u64, w: &OriginalWindow, owner: Option<&RuleId>) {
         let expires_at = w.window.start + w.window.length;
         let shard = self.shard(id);
-        let counter = Counter {
-            count,
-            expires_at,
-            owner: owner_hash(owner),
-            used: false,
-        };
-        if let Some(old) = shard.counters.insert(id, counter) {
+        match shard.counters.get_mut(&id) {
             // The key keeps the rule it was added for.
-            if let Some(c) = shard.counters.get_mut(&id) {
-                c.owner = old.owner;
-                c.used = true;
+            Some(c) => {
+                (c.count, c.expires_at, c.used) = (count, expires_at, true);
             }
-        } else {
-            shard.shares.added(id, owner);
+            None => {
+                shard.shares.added(id, owner);
+                let counter = Counter {
+                    count,
+                    expires_at,
+                    owner: owner_hash(owner),
+                    used: false,
+                };
+                shard.counters.insert(id, counter);
+            }
         }
     }
 
@@ -553,35 +556,27 @@ impl MemoryStore {
             }
             return Err(StoreError::new(StoreErrorKind::Unavailable, FULL));
         }
-        if let Policy::Refund { taken_at } = work.policy {
-            for (item, &id) in items.iter().zip(&ids) {
-                match &item.limit {
-                    Limit::Algorithm(l) | Limit::Reference { contract: l, .. } => {
-                        if let Some(state) = locked.state(id, now) {
-                            let state = l.refund(state, item.cost, taken_at, now);
-                            locked.set_state(id, l, state, now, item.owner.as_ref());
-                        }
-                    }
-                    // The key names its window: an ended one has expired.
-                    Limit::Window(_) => {
-                        if let Some(c) = locked.shard(id).counters.get_mut(&id) {
-                            c.count = c.count.saturating_sub(item.cost);
-                        }
-                    }
-                    Limit::Counter(_) => {}
-                }
-            }
-        }
-        // Give-backs first, whatever the rest decides.
-        for (item, &id) in items.iter().zip(&ids).filter(|(item, _)| item.give_back) {
+        // What comes back before anything is decided: a give-back's cost,
+        // to what counts now, whatever the rest decides; under a refund,
+        // each item's cost to the window it was taken in (a counter's
+        // never).
+        for (item, &id) in items.iter().zip(&ids) {
+            let taken_at = match (item.give_back, work.policy, &item.limit) {
+                (true, ..) => None,
+                (false, Policy::Refund { taken_at }, l) if l.taken_on_commit() => Some(taken_at),
+                _ => continue,
+            };
             match &item.limit {
                 Limit::Algorithm(l) | Limit::Reference { contract: l, .. } => {
                     if let Some(state) = locked.state(id, now) {
-                        let state = l.give_back(state, item.cost, now);
+                        let state = match taken_at {
+                            Some(at) => l.refund(state, item.cost, at, now),
+                            None => l.give_back(state, item.cost, now),
+                        };
                         locked.set_state(id, l, state, now, item.owner.as_ref());
                     }
                 }
-                // The key names its window: the current one's count.
+                // The key names its window: an ended one has expired.
                 Limit::Counter(_) | Limit::Window(_) => {
                     if let Some(c) = locked.shard(id).counters.get_mut(&id) {
                         c.count = c.count.saturating_sub(item.cost);
