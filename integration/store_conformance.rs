@@ -82,8 +82,10 @@ async fn wrapped_redis_store(target: Target) -> Arc<dyn Store> {
     };
     resilience::wrap(
         connect_redis(target).await,
-        options,
-        Default::default(),
+        resilience::Layers::Remote {
+            options,
+            leases: Default::default(),
+        },
         Arc::new(SystemClock),
     )
     .store

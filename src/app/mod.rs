@@ -11,9 +11,8 @@
 //! after which remaining connections (health `Watch` streams included) are
 //! cut.
 
-use crate::quota::QuotaOptions;
+use crate::quota::{QuotaOptions, QuotaParts, Quotas};
 use crate::service::rlqs::QuotaService;
-use crate::store::board::{DemandBoard, MemoryBoard};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -250,17 +249,24 @@ pub async fn run(
     let (stop_tx, stop_rx) = watch::channel(false);
     // RLQS streams are told at the signal, before the drain.
     let (stopping_tx, stopping_rx) = watch::channel(false);
-    let quota = QuotaService::new(
-        engine.config().clone(),
-        Arc::clone(engine.stats()),
-        Arc::clone(&built.board),
-        QuotaOptions {
+    let quotas = Quotas::new(QuotaParts {
+        config: engine.config().clone(),
+        stats: Arc::clone(engine.stats()),
+        store: Arc::clone(&built.store),
+        placement: Arc::clone(&built.placement),
+        clock: Arc::clone(&clock),
+        options: QuotaOptions {
             ttl: settings.quota.assignment_ttl,
             idle: settings.quota.idle_timeout,
+            sync: settings.quota.sync_interval,
+            key_prefix: settings.limiter.cache_key_prefix.clone(),
+            failure_mode: settings.store_failure.failure_mode,
             ..QuotaOptions::default()
         },
-        stopping_rx,
-    );
+        instance: instance_name(),
+    });
+    let _quota_sync = AbortOnDrop(quotas.spawn_sync());
+    let quota = QuotaService::new(quotas, stopping_rx);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|&s| s).await;
     };
@@ -599,50 +605,50 @@ fn spawn_server<E: std::fmt::Display>(
 
 /// The store the engine calls, with what keeps its background tasks alive.
 struct BuiltStore {
+    /// The whole stack; RLQS's boards are its [`Store::share`].
     store: Arc<dyn Store>,
-    /// The lease layer of a wrapped store (the memory store has none: its
-    /// state is already local).
+    /// The lease layer whose table `/hotkeys` shows and whose leases go
+    /// back at shutdown (none on the memory store, whose state is already
+    /// local, or on memcache, which leases nothing).
     leases: Option<Arc<Leases<Arc<dyn Store>>>>,
     /// Where the store keeps a key.
     placement: Arc<dyn Placement>,
-    /// Where RLQS shares demand: the Redis deployment's, or this
-    /// instance's own.
-    board: Arc<dyn DemandBoard>,
     /// The memory store, for `/keys` (none on the other backends).
     memory: Option<Arc<MemoryStore>>,
     _sweeper: Option<SweeperGuard>,
-    _wrapped: Option<resilience::Wrapped>,
+    _wrapped: resilience::Wrapped,
     /// `MEMCACHE_SRV_REFRESH`'s task.
     _refresh: Option<crate::store::memcache::srv::RefreshGuard>,
 }
 
 impl BuiltStore {
-    /// `store` in the resilience layers; `leased`: whether `/hotkeys` and
-    /// shutdown see its lease layer.
+    /// `store` in the layers it needs ([`resilience::wrap`]); `leased`:
+    /// whether `/hotkeys` and shutdown see its lease layer.
     fn wrapped(
         store: impl Store + 'static,
         placement: Arc<dyn Placement>,
-        board: Arc<dyn DemandBoard>,
-        settings: &Settings,
+        layers: resilience::Layers,
         clock: &Arc<dyn Clock>,
         leased: bool,
     ) -> BuiltStore {
-        let wrapped = resilience::wrap(
-            store,
-            resilience_options(settings),
-            lease_options(&settings.hot_keys.lease),
-            Arc::clone(clock),
-        );
+        let wrapped = resilience::wrap(store, layers, Arc::clone(clock));
         BuiltStore {
             store: Arc::clone(&wrapped.store),
             placement,
-            board,
-            leases: leased.then(|| Arc::clone(&wrapped.leases)),
+            leases: wrapped.leases.clone().filter(|_| leased),
             memory: None,
             _sweeper: None,
-            _wrapped: Some(wrapped),
+            _wrapped: wrapped,
             _refresh: None,
         }
+    }
+}
+
+/// The whole stack, for a store across the network.
+fn remote(settings: &Settings) -> resilience::Layers {
+    resilience::Layers::Remote {
+        options: resilience_options(settings),
+        leases: lease_options(&settings.hot_keys.lease),
     }
 }
 
@@ -660,21 +666,16 @@ async fn build_store(
                     .reporting_keys(),
             );
             let sweeper = store.spawn_sweeper(Duration::from_secs(1));
-            BuiltStore {
-                // A full store fails new keys: their rules' failure
-                // policies answer them.
-                store: Arc::new(crate::resilience::Fallback::new(
-                    Arc::clone(&store),
-                    Arc::clone(clock),
-                )),
-                placement: Arc::new(InProcess),
-                board: Arc::new(MemoryBoard::new(Arc::clone(clock))),
-                leases: None,
-                memory: Some(store),
-                _sweeper: Some(sweeper),
-                _wrapped: None,
-                _refresh: None,
-            }
+            let mut built = BuiltStore::wrapped(
+                Arc::clone(&store),
+                Arc::new(InProcess),
+                resilience::Layers::InProcess,
+                clock,
+                false,
+            );
+            built.memory = Some(store);
+            built._sweeper = Some(sweeper);
+            built
         }
         BackendType::Redis => {
             let r = &settings.redis;
@@ -728,8 +729,7 @@ async fn build_store(
                 }));
             }
             let placement = store.placement();
-            let board = Arc::new(store.board());
-            BuiltStore::wrapped(store, placement, board, settings, clock, true)
+            BuiltStore::wrapped(store, placement, remote(settings), clock, true)
         }
         BackendType::Memcache => {
             if settings.limiter.all_or_nothing {
@@ -767,14 +767,33 @@ async fn build_store(
             });
             // Memcache has no atomic take: nothing is leased.
             let placement = store.placement();
-            // Memcache keeps no RLQS boards: each instance splits alone.
-            let board = Arc::new(MemoryBoard::new(Arc::clone(clock)));
-            let mut built = BuiltStore::wrapped(store, placement, board, settings, clock, false);
+            let mut built = BuiltStore::wrapped(store, placement, remote(settings), clock, false);
             built._refresh = refresh;
             built
         }
     };
     Ok(Some(built))
+}
+
+/// This instance's name among every instance that shares the store: the
+/// host's (`HOSTNAME`, as Kubernetes sets it), this process's and its
+/// start, so that a restarted pod is a new instance.
+fn instance_name() -> String {
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_nanos();
+    let host = std::env::var("HOSTNAME").unwrap_or_default();
+    format!("{host}/{}/{started:x}", std::process::id())
+}
+
+/// Stops a background task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 fn local_addr(l: &TcpListener) -> SocketAddr {

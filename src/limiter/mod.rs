@@ -20,7 +20,9 @@
 //! - [`per_window`]: "at most `limit` per `window`", what the window
 //!   algorithms share;
 //! - [`decision`]: what they answer: allow with remaining, or deny with a
-//!   retry time that is always positive.
+//!   retry time that is always positive;
+//! - [`share`]: one rate split max-min fair between the Envoys that
+//!   enforce it (RLQS), never above the rate.
 
 pub mod algorithm;
 pub mod calendar;
@@ -31,6 +33,7 @@ pub mod fixed_window;
 pub mod gcra;
 pub mod limit;
 pub mod per_window;
+pub mod share;
 pub mod sliding_log;
 pub mod sliding_window;
 #[cfg(test)]

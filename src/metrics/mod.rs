@@ -120,6 +120,17 @@ pub const LEASE_TOKENS_RETURNED: &str = "ratelimit.lease.tokens_returned";
 /// `ratelimit.lease.return_failed` (ours): leases whose return failed.
 pub const LEASE_RETURN_FAILED: &str = "ratelimit.lease.return_failed";
 
+/// `ratelimit.rlqs.assignment_changed` (ours): RLQS assignments sent that
+/// replace the one the bucket ran (each starts Envoy's bucket full: the
+/// over-admission a change costs).
+pub const RLQS_ASSIGNMENT_CHANGED: &str = "ratelimit.rlqs.assignment_changed";
+/// `ratelimit.rlqs.pushed` (ours): of those, sent between reports because
+/// the bucket's share moved.
+pub const RLQS_PUSHED: &str = "ratelimit.rlqs.pushed";
+/// `ratelimit.rlqs.board_failure` (ours): reports whose buckets' boards
+/// could not answer (the buckets keep their assignments until their TTL).
+pub const RLQS_BOARD_FAILURE: &str = "ratelimit.rlqs.board_failure";
+
 /// `ratelimit.hot_keys.rank_<n>.rate` (ours): decisions per second of this
 /// instance's n-th busiest key, for n in `1..=k` (0 past the last listed
 /// key), so the series are `k` whatever the keys. Prometheus:

@@ -1,40 +1,26 @@
 //! One RLQS stream's buckets: what each report of a bucket is answered
-//! with. The gRPC plumbing is `service::rlqs`; this is the decision.
+//! with, and what a moved share pushed to the stream sends. The gRPC
+//! plumbing is `service::rlqs`; this is the decision.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::mpsc;
+
 use super::bucket::{EnvoyBucket, Quota};
-use super::share::{moved, share_of};
-use crate::config::{Entry, LiveConfig, Lookup};
-use crate::metrics::Stats;
-use crate::store::board::DemandBoard;
+use super::quotas::{Push, Quotas};
+use crate::config::{FailureMode, Lookup};
+use crate::limiter::share::moved;
+use crate::metrics;
+use crate::store::board::{BoardOp, BoardStep, Shares};
+use crate::store::key::board_key;
+use crate::store::{NodeId, StoreError};
 
-/// The settings of RLQS.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct QuotaOptions {
-    /// `RLQS_ASSIGNMENT_TTL`: how long an assignment holds without a new
-    /// report, and how long a silent Envoy's share stays taken.
-    pub ttl: Duration,
-    /// `RLQS_IDLE_TIMEOUT`: a bucket reported without requests this long is
-    /// abandoned.
-    pub idle: Duration,
-    /// The most buckets one stream may hold; a report of more is refused.
-    pub max_buckets: usize,
-}
+/// A bucket's id: its pairs, sorted.
+pub type BucketId = Vec<(String, String)>;
 
-impl Default for QuotaOptions {
-    fn default() -> QuotaOptions {
-        QuotaOptions {
-            ttl: Duration::from_secs(15),
-            idle: Duration::from_secs(60),
-            max_buckets: 4096,
-        }
-    }
-}
-
-/// How Envoy enforces a bucket.
+/// How Envoy enforces a bucket. Envoy's filter applies only these two
+/// kinds (a `requests_per_time_unit` strategy it logs and drops).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
     /// Every request passes.
@@ -52,7 +38,8 @@ pub enum Action {
     Assign {
         /// The strategy.
         strategy: Strategy,
-        /// The assignment's time to live (zero: expired at once).
+        /// The assignment's time to live, whole seconds (zero: expired at
+        /// once).
         ttl: Duration,
     },
     /// Forget the bucket (it was idle).
@@ -63,8 +50,9 @@ pub enum Action {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Usage {
     /// The `BucketId`'s pairs.
-    pub bucket: Vec<(String, String)>,
-    /// `time_elapsed`: `None` on the bucket's first report.
+    pub bucket: BucketId,
+    /// `time_elapsed`: `None` or zero on the bucket's first report (Envoy
+    /// sends zero), whole seconds after (Envoy truncates).
     pub elapsed: Option<Duration>,
     /// Requests allowed since the last report.
     pub allowed: u64,
@@ -75,94 +63,176 @@ pub struct Usage {
 /// A report this stream cannot take.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReportError {
-    /// `domain` is empty.
-    #[error("a usage report must name its domain")]
+    /// The stream's first report names no domain.
+    #[error("the first usage report of a stream must name its domain")]
     NoDomain,
+    /// A later report names another domain than the stream's.
+    #[error("a stream is in one domain: this one is '{stream}', the report names '{report}'")]
+    OtherDomain {
+        /// The stream's.
+        stream: String,
+        /// The report's.
+        report: String,
+    },
     /// A bucket without pairs.
     #[error("a bucket id must hold at least one pair")]
     EmptyBucket,
-    /// More buckets than [`QuotaOptions::max_buckets`].
+    /// More buckets than [`super::QuotaOptions::max_buckets`].
     #[error("a stream may report at most {0} buckets")]
     TooManyBuckets(usize),
 }
 
+/// The quota a bucket draws from on a board.
+#[derive(Debug, Clone, PartialEq)]
+struct Drawn {
+    key: String,
+    node: Option<NodeId>,
+    rate: f64,
+    burst: f64,
+    failure: FailureMode,
+}
+
 /// A bucket as this stream knows it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct BucketState {
-    /// The board of the quota it draws from (`None`: a blanket rule).
-    board: Option<String>,
-    /// Its assigned rate (requests per second) on that board.
-    assigned: f64,
+    /// Its line on its board, unique in the instance.
+    line: u64,
+    board: Option<Drawn>,
+    /// Its demand, requests per second, as last measured.
+    demand: Option<f64>,
     /// What it was last told.
     sent: Option<Strategy>,
+    /// When its board last gave it an assignment (the clock's time).
+    assigned_at: Option<Duration>,
+    /// Whether its board failed at its last report (logged once).
+    failing: bool,
     /// How long it has been reported without requests.
     idle: Duration,
+}
+
+/// What a report's bucket gets, before the boards answer.
+enum Plan {
+    Abandon,
+    Fixed(Strategy),
+    /// The answer of step `n`.
+    Board(usize),
 }
 
 /// One stream's buckets.
 #[derive(Debug)]
 pub struct Session {
-    /// This Envoy's name on the boards (instance and stream).
-    id: String,
-    config: LiveConfig,
-    stats: Arc<Stats>,
-    board: Arc<dyn DemandBoard>,
-    options: QuotaOptions,
-    buckets: HashMap<Vec<(String, String)>, BucketState>,
+    quotas: Quotas,
+    /// Where this stream's moved lines are pushed.
+    pushes: mpsc::Sender<Push>,
+    /// The stream's domain: named by its first report.
+    domain: Option<String>,
+    buckets: HashMap<BucketId, BucketState>,
+    by_line: HashMap<u64, BucketId>,
 }
 
 impl Session {
-    /// A stream named `id` (unique among every instance's streams).
-    pub fn new(
-        id: String,
-        config: LiveConfig,
-        stats: Arc<Stats>,
-        board: Arc<dyn DemandBoard>,
-        options: QuotaOptions,
-    ) -> Session {
+    pub(super) fn new(quotas: Quotas, pushes: mpsc::Sender<Push>) -> Session {
         Session {
-            id,
-            config,
-            stats,
-            board,
-            options,
+            quotas,
+            pushes,
+            domain: None,
             buckets: HashMap::new(),
+            by_line: HashMap::new(),
         }
     }
 
-    /// The answer to one report of `domain`: per bucket, what it is told
-    /// (`None`: nothing, the store could not be asked and the bucket was
-    /// never assigned, so Envoy keeps its `no_assignment_behavior`).
+    /// The answer to one report: per bucket, what it is told (`None`:
+    /// nothing; Envoy keeps what it runs). A report that names no domain
+    /// is in the stream's, as the protocol says; the first must name one.
+    /// Every board step of the report is one store call per node.
     pub async fn report(
         &mut self,
         domain: &str,
         usages: Vec<Usage>,
-    ) -> Result<Vec<(Vec<(String, String)>, Option<Action>)>, ReportError> {
-        if domain.is_empty() {
-            return Err(ReportError::NoDomain);
-        }
-        let mut out = Vec::with_capacity(usages.len());
-        for mut usage in usages {
-            if usage.bucket.is_empty() {
+    ) -> Result<Vec<(BucketId, Option<Action>)>, ReportError> {
+        let domain = match (&self.domain, domain) {
+            (None, "") => return Err(ReportError::NoDomain),
+            (Some(d), "") => d.clone(),
+            (Some(d), named) if d != named => {
+                return Err(ReportError::OtherDomain {
+                    stream: d.clone(),
+                    report: named.to_string(),
+                })
+            }
+            (_, named) => named.to_string(),
+        };
+        let mut usages = usages;
+        for u in &mut usages {
+            if u.bucket.is_empty() {
                 return Err(ReportError::EmptyBucket);
             }
-            usage.bucket.sort();
-            if !self.buckets.contains_key(&usage.bucket)
-                && self.buckets.len() >= self.options.max_buckets
-            {
-                return Err(ReportError::TooManyBuckets(self.options.max_buckets));
-            }
-            let action = self.answer(domain, &usage).await;
-            out.push((usage.bucket, action));
+            u.bucket.sort();
+        }
+        let max = self.quotas.options().max_buckets;
+        let new = usages
+            .iter()
+            .filter(|u| !self.buckets.contains_key(&u.bucket))
+            .count();
+        if self.buckets.len() + new > max {
+            return Err(ReportError::TooManyBuckets(max));
+        }
+        self.domain = Some(domain.clone());
+
+        let mut steps = Vec::new();
+        let mut plans = Vec::with_capacity(usages.len());
+        for usage in usages {
+            let plan = self.plan(&domain, &usage, &mut steps);
+            plans.push((usage.bucket, plan));
+        }
+        let reply = self.quotas.share(steps, &self.pushes).await;
+        if reply.iter().any(Result::is_err) {
+            ::metrics::counter!(metrics::RLQS_BOARD_FAILURE).increment(1);
+        }
+        let now = self.quotas.clock().now();
+        let ttl = self.quotas.options().ttl;
+        let mut out = Vec::with_capacity(plans.len());
+        for (bucket, plan) in plans {
+            let action = match plan {
+                Plan::Abandon => Some(Action::Abandon),
+                Plan::Fixed(strategy) => {
+                    if let Some(s) = self.buckets.get_mut(&bucket) {
+                        s.sent = Some(strategy);
+                    }
+                    Some(Action::Assign { strategy, ttl })
+                }
+                Plan::Board(n) => self
+                    .buckets
+                    .get_mut(&bucket)
+                    .and_then(|state| answered(state, reply.get(n), now, ttl)),
+            };
+            out.push((bucket, action));
         }
         Ok(out)
+    }
+
+    /// What a moved share pushed to this stream sends: the bucket's new
+    /// assignment, or nothing if it is unchanged in substance.
+    pub fn pushed(&mut self, push: Push) -> Option<(BucketId, Action)> {
+        let bucket = self.by_line.get(&push.line)?.clone();
+        let state = self.buckets.get_mut(&bucket)?;
+        state.board.as_ref()?;
+        let strategy = strategy_for(state, push.assigned);
+        if state.sent == Some(strategy) {
+            return None;
+        }
+        ::metrics::counter!(metrics::RLQS_ASSIGNMENT_CHANGED).increment(1);
+        ::metrics::counter!(metrics::RLQS_PUSHED).increment(1);
+        state.sent = Some(strategy);
+        state.assigned_at = Some(self.quotas.clock().now());
+        let ttl = self.quotas.options().ttl;
+        Some((bucket, Action::Assign { strategy, ttl }))
     }
 
     /// Every assigned bucket's assignment with a TTL of zero: what Envoy is
     /// told when this instance stops, so that it applies its
     /// `expired_assignment_behavior` at once rather than run an assignment
     /// nobody renews.
-    pub fn expire_all(&self) -> Vec<(Vec<(String, String)>, Action)> {
+    pub fn expire_all(&self) -> Vec<(BucketId, Action)> {
         self.buckets
             .iter()
             .filter_map(|(bucket, s)| {
@@ -179,108 +249,99 @@ impl Session {
             .collect()
     }
 
-    /// Takes every line of this stream off the boards (the stream ended).
+    /// Takes every line of this stream off the boards (the stream ended),
+    /// in one call per node.
     pub async fn close(&mut self) {
-        for (_, s) in self.buckets.drain() {
-            if let Some(board) = s.board {
-                if let Err(e) = self.board.leave(&board, &self.id).await {
-                    tracing::warn!(error = %e, "RLQS: leaving a board failed; the share returns when its line expires");
-                }
-            }
+        let steps: Vec<BoardStep> = self
+            .buckets
+            .drain()
+            .filter_map(|(_, s)| s.board.map(|b| leave(b, s.line)))
+            .collect();
+        self.by_line.clear();
+        let failed = self
+            .quotas
+            .share(steps, &self.pushes)
+            .await
+            .into_iter()
+            .any(|a| a.is_err());
+        if failed {
+            tracing::warn!("RLQS: leaving a board failed; the share returns when its line expires");
         }
     }
 
-    async fn answer(&mut self, domain: &str, usage: &Usage) -> Option<Action> {
-        let (quota, board) = self.resolve(domain, usage);
-        let state = self.buckets.entry(usage.bucket.clone()).or_default();
-        let elapsed = usage.elapsed.unwrap_or(Duration::ZERO);
-        if usage.allowed + usage.denied == 0 && usage.elapsed.is_some() {
-            state.idle += elapsed;
-        } else {
-            state.idle = Duration::ZERO;
-        }
-        if state.idle >= self.options.idle {
-            let gone = self.buckets.remove(&usage.bucket);
-            if let Some(board) = gone.and_then(|s| s.board) {
-                let _ = self.board.leave(&board, &self.id).await;
+    /// What `usage` gets, adding its board steps to `steps`.
+    fn plan(&mut self, domain: &str, usage: &Usage, steps: &mut Vec<BoardStep>) -> Plan {
+        let (quota, drawn) = self.resolve(domain, usage);
+        let quotas = &self.quotas;
+        let state = self.buckets.entry(usage.bucket.clone()).or_insert_with(|| {
+            let line = quotas.new_line();
+            BucketState {
+                line,
+                board: None,
+                demand: None,
+                sent: None,
+                assigned_at: None,
+                failing: false,
+                idle: Duration::ZERO,
             }
-            return Some(Action::Abandon);
+        });
+        self.by_line.insert(state.line, usage.bucket.clone());
+        let elapsed = usage.elapsed.filter(|e| !e.is_zero());
+        match elapsed {
+            Some(e) if usage.allowed + usage.denied == 0 => state.idle += e,
+            Some(_) => state.idle = Duration::ZERO,
+            None => {}
         }
-        // A bucket whose rule changed board leaves the old one.
-        if state.board.is_some() && state.board != board {
+        if state.idle >= quotas.options().idle {
+            if let Some(gone) = self.buckets.remove(&usage.bucket) {
+                self.by_line.remove(&gone.line);
+                if let Some(board) = gone.board {
+                    steps.push(leave(board, gone.line));
+                }
+            }
+            return Plan::Abandon;
+        }
+        // A bucket whose rule moved to another board leaves the old one.
+        if state.board.as_ref().map(|b| &b.key) != drawn.as_ref().map(|d| &d.key) {
             if let Some(old) = state.board.take() {
-                let _ = self.board.leave(&old, &self.id).await;
+                steps.push(leave(old, state.line));
             }
-            state.assigned = 0.0;
+            state.sent = None;
+            state.demand = None;
         }
-        let strategy = match (quota, board) {
-            (Quota::AllowAll, _) | (Quota::Rate { .. }, None) => Some(Strategy::AllowAll),
-            (Quota::DenyAll, _) => Some(Strategy::DenyAll),
-            (Quota::Rate { per_second, burst }, Some(board)) => {
-                let newcomer = state.sent.is_none() || usage.elapsed.is_none_or(|e| e.is_zero());
-                // A newcomer's demand is not known yet: it counts as wanting
-                // the whole rate, so that the split gives it the level.
-                let demand = if newcomer {
-                    per_second
-                } else {
-                    (usage.allowed + usage.denied) as f64 / elapsed.as_secs_f64()
+        match (quota, drawn) {
+            (Quota::AllowAll, _) | (Quota::Rate { .. }, None) => Plan::Fixed(Strategy::AllowAll),
+            (Quota::DenyAll, _) => Plan::Fixed(Strategy::DenyAll),
+            (Quota::Rate { per_second, .. }, Some(drawn)) => {
+                // Measured over the time Envoy says; a first report (no or
+                // zero time) keeps the last measure, and a newcomer counts
+                // as wanting the whole rate, so the split gives it an even
+                // share at once.
+                let demand = match elapsed {
+                    Some(e) => (usage.allowed + usage.denied) as f64 / e.as_secs_f64(),
+                    None => state.demand.unwrap_or(per_second),
                 };
-                let ttl = self.options.ttl;
-                let held = self
-                    .board
-                    .exchange(&board, &self.id, demand, None, per_second, ttl)
-                    .await;
-                let assigned = match held {
-                    Ok(ex) => {
-                        let target = share_of(per_second, demand, &ex.others);
-                        if state.sent.is_none() || moved(ex.assigned, target, per_second) {
-                            self.board
-                                .exchange(&board, &self.id, demand, Some(target), per_second, ttl)
-                                .await
-                                .map(|ex| ex.assigned)
-                        } else {
-                            Ok(ex.assigned)
-                        }
-                    }
-                    Err(e) => Err(e),
-                };
-                state.board = Some(board);
-                match assigned {
-                    Ok(a) => {
-                        state.assigned = a;
-                        let burst = if per_second > 0.0 {
-                            burst * a / per_second
-                        } else {
-                            0.0
-                        };
-                        let bucket = EnvoyBucket::for_rate(a, burst);
-                        // Unchanged in substance: the bucket Envoy runs
-                        // stays (a new one would start full).
-                        match state.sent {
-                            Some(Strategy::Bucket(old)) if !moved(old.rate(), a, per_second) => {
-                                Some(Strategy::Bucket(old))
-                            }
-                            _ => Some(Strategy::Bucket(bucket)),
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "RLQS: the demand board did not answer; the bucket keeps its assignment");
-                        state.sent
-                    }
-                }
+                state.demand = Some(demand);
+                steps.push(BoardStep {
+                    key: drawn.key.clone(),
+                    node: drawn.node.clone(),
+                    rate: drawn.rate,
+                    op: BoardOp::Report {
+                        line: state.line,
+                        demand,
+                    },
+                });
+                state.board = Some(drawn);
+                Plan::Board(steps.len() - 1)
             }
-        };
-        state.sent = strategy;
-        strategy.map(|strategy| Action::Assign {
-            strategy,
-            ttl: self.options.ttl,
-        })
+        }
     }
 
-    /// The bucket's quota, and its board (the rule and the descriptor
-    /// values it matched), counting its usage in the rule's statistics.
-    fn resolve(&self, domain: &str, usage: &Usage) -> (Quota, Option<String>) {
-        let Some(config) = self.config.current() else {
+    /// The bucket's quota, and the board it draws from (the rule and the
+    /// descriptor values it matched), counting its usage in the rule's
+    /// statistics.
+    fn resolve(&self, domain: &str, usage: &Usage) -> (Quota, Option<Drawn>) {
+        let Some(config) = self.quotas.config().current() else {
             return (Quota::AllowAll, None);
         };
         let tree = config.tree();
@@ -289,15 +350,16 @@ impl Session {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
+        let stats = self.quotas.stats();
         let Some(entries) = tree.bucket_entries(domain, &pairs) else {
-            self.stats.domain_not_found(domain);
+            stats.domain_not_found(domain);
             return (Quota::AllowAll, None);
         };
         let matched = match tree.find(domain, &entries, None) {
             Ok(Lookup::Limit(m)) => m,
             _ => return (Quota::AllowAll, None),
         };
-        let rule_stats = self.stats.rule(&matched.stats_key, matched.stats_per_value);
+        let rule_stats = stats.rule(&matched.stats_key, matched.stats_per_value);
         rule_stats
             .total_hits
             .increment(usage.allowed + usage.denied);
@@ -306,152 +368,108 @@ impl Session {
         if matched.rule.shadow_mode {
             rule_stats.shadow_mode.increment(usage.denied);
         }
-        (Quota::of(&matched.rule), Some(board_key(domain, &entries)))
+        let quota = Quota::of(&matched.rule);
+        let drawn = match quota {
+            Quota::Rate { per_second, burst } => {
+                let options = self.quotas.options();
+                let key = board_key(&options.key_prefix, domain, &entries);
+                Some(Drawn {
+                    node: self.quotas.node_of(&key),
+                    key,
+                    rate: per_second,
+                    burst,
+                    failure: matched.rule.failure.mode_or(options.failure_mode),
+                })
+            }
+            _ => None,
+        };
+        (quota, drawn)
     }
 }
 
-/// The board of the quota a descriptor draws from: its domain and entries,
-/// as the original's cache key names a counter.
-fn board_key(domain: &str, entries: &[Entry]) -> String {
-    let mut key = format!("rlqs:{{{domain}");
-    for e in entries {
-        key.push('_');
-        key.push_str(&e.key);
-        key.push('_');
-        key.push_str(&e.value);
+fn leave(board: Drawn, line: u64) -> BoardStep {
+    BoardStep {
+        key: board.key,
+        node: board.node,
+        rate: board.rate,
+        op: BoardOp::Leave { line },
     }
-    key.push('}');
-    key
+}
+
+/// The token bucket for an assignment of `assigned` requests per second;
+/// the one Envoy runs if that is the same in substance (a new one would
+/// start full).
+fn strategy_for(state: &BucketState, assigned: f64) -> Strategy {
+    let (rate, burst) = state
+        .board
+        .as_ref()
+        .map_or((0.0, 0.0), |b| (b.rate, b.burst));
+    let burst = if rate > 0.0 {
+        burst * assigned / rate
+    } else {
+        0.0
+    };
+    match state.sent {
+        Some(Strategy::Bucket(old)) if !moved(old.rate(), assigned, rate) => Strategy::Bucket(old),
+        _ => Strategy::Bucket(EnvoyBucket::for_rate(assigned, burst)),
+    }
+}
+
+/// What a bucket is told at `now` after its board step's `answer`: its
+/// share as a bucket, or, if the board did not answer, [`unanswered`].
+fn answered(
+    state: &mut BucketState,
+    answer: Option<&Result<Shares, StoreError>>,
+    now: Duration,
+    ttl: Duration,
+) -> Option<Action> {
+    let assigned = match answer {
+        Some(Ok(shares)) => shares.of(state.line),
+        _ => None,
+    };
+    let Some(a) = assigned else {
+        if !state.failing {
+            state.failing = true;
+            let error = match answer {
+                Some(Err(e)) => e.to_string(),
+                _ => "no answer for the bucket's line".into(),
+            };
+            tracing::warn!(%error, "RLQS: the demand board did not answer; the bucket keeps its assignment until its TTL, then follows its rule's failure_mode");
+        }
+        return unanswered(state, now, ttl);
+    };
+    state.failing = false;
+    let strategy = strategy_for(state, a);
+    if state.sent.is_some_and(|s| s != strategy) {
+        ::metrics::counter!(metrics::RLQS_ASSIGNMENT_CHANGED).increment(1);
+    }
+    state.sent = Some(strategy);
+    state.assigned_at = Some(now);
+    Some(Action::Assign { strategy, ttl })
+}
+
+/// What a bucket whose board did not answer is told at `now`: nothing
+/// while the assignment it runs is still live (Envoy keeps it until its
+/// TTL); after that its rule's `failure_mode`: `open` allows all, `closed`
+/// denies all, `error` sends nothing (Envoy applies its own
+/// `expired_assignment_behavior`, or `no_assignment_behavior`).
+fn unanswered(state: &mut BucketState, now: Duration, ttl: Duration) -> Option<Action> {
+    let live = state.sent.is_some() && state.assigned_at.is_some_and(|at| now < at + ttl);
+    if live {
+        return None;
+    }
+    let failure = state
+        .board
+        .as_ref()
+        .map_or(FailureMode::Error, |b| b.failure);
+    let strategy = match failure {
+        FailureMode::Open => Strategy::AllowAll,
+        FailureMode::Closed => Strategy::DenyAll,
+        FailureMode::Error => return None,
+    };
+    state.sent = Some(strategy);
+    Some(Action::Assign { strategy, ttl })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::{load, ConfigFile};
-    use crate::limiter::ManualClock;
-    use crate::store::board::MemoryBoard;
-
-    const RULES: &str = "
-domain: q
-descriptors:
-  - key: fleet
-    rate_limit: {unit: second, requests_per_unit: 100}
-  - key: bucket
-    rate_limit: {unit: second, requests_per_unit: 20, algorithm: token_bucket, burst: 40}
-";
-
-    fn session(options: QuotaOptions) -> Session {
-        let live = LiveConfig::new();
-        let config = load(&[ConfigFile::new("q.yaml", RULES)], false).expect("loads");
-        live.publish(Arc::new(config));
-        let clock = Arc::new(ManualClock::at_secs(1_000));
-        Session::new(
-            "envoy".into(),
-            live,
-            Arc::new(Stats::new()),
-            Arc::new(MemoryBoard::new(clock)),
-            options,
-        )
-    }
-
-    fn usage(key: &str, elapsed: Option<u64>, allowed: u64) -> Usage {
-        Usage {
-            bucket: vec![(key.into(), "x".into())],
-            elapsed: elapsed.map(Duration::from_secs),
-            allowed,
-            denied: 0,
-        }
-    }
-
-    async fn one(s: &mut Session, u: Usage) -> Option<Action> {
-        let mut out = s.report("q", vec![u]).await.expect("a valid report");
-        out.pop().and_then(|(_, a)| a)
-    }
-
-    #[tokio::test]
-    async fn a_lone_envoy_gets_the_whole_rate_as_a_bucket_it_can_run() {
-        let mut s = session(QuotaOptions::default());
-        let a = one(&mut s, usage("fleet", None, 0)).await;
-        let Some(Action::Assign {
-            strategy: Strategy::Bucket(b),
-            ttl,
-        }) = a
-        else {
-            panic!("{a:?}");
-        };
-        assert_eq!(
-            (b.tokens_per_fill, b.fill_interval_secs, b.max_tokens),
-            (100, 1, 100)
-        );
-        assert_eq!(ttl, Duration::from_secs(15));
-        // A token bucket rule: its burst goes with the share.
-        let a = one(&mut s, usage("bucket", None, 0)).await;
-        let Some(Action::Assign {
-            strategy: Strategy::Bucket(b),
-            ..
-        }) = a
-        else {
-            panic!("{a:?}");
-        };
-        assert_eq!((b.tokens_per_fill, b.max_tokens), (20, 40));
-    }
-
-    #[tokio::test]
-    async fn an_idle_bucket_is_abandoned_and_leaves_its_share() {
-        let mut s = session(QuotaOptions {
-            idle: Duration::from_secs(10),
-            ..QuotaOptions::default()
-        });
-        one(&mut s, usage("fleet", None, 0)).await;
-        assert!(matches!(
-            one(&mut s, usage("fleet", Some(5), 0)).await,
-            Some(Action::Assign { .. })
-        ));
-        assert_eq!(
-            one(&mut s, usage("fleet", Some(5), 0)).await,
-            Some(Action::Abandon)
-        );
-        // Gone from the board: a new stream gets the whole rate at once.
-        let mut other = session(QuotaOptions::default());
-        other.board = Arc::clone(&s.board);
-        let a = one(&mut other, usage("fleet", None, 0)).await;
-        assert!(
-            matches!(a, Some(Action::Assign { strategy: Strategy::Bucket(b), .. }) if b.tokens_per_fill == 100),
-            "{a:?}"
-        );
-    }
-
-    #[tokio::test]
-    async fn malformed_reports_are_refused() {
-        let mut s = session(QuotaOptions {
-            max_buckets: 2,
-            ..QuotaOptions::default()
-        });
-        assert_eq!(
-            s.report("", vec![]).await.err(),
-            Some(ReportError::NoDomain)
-        );
-        let empty = Usage {
-            bucket: vec![],
-            ..usage("fleet", None, 0)
-        };
-        assert_eq!(
-            s.report("q", vec![empty]).await.err(),
-            Some(ReportError::EmptyBucket)
-        );
-        let three: Vec<Usage> = ["a", "b", "c"].iter().map(|k| usage(k, None, 0)).collect();
-        assert_eq!(
-            s.report("q", three).await.err(),
-            Some(ReportError::TooManyBuckets(2))
-        );
-    }
-
-    #[tokio::test]
-    async fn expire_all_sends_each_assignment_with_a_ttl_of_zero() {
-        let mut s = session(QuotaOptions::default());
-        one(&mut s, usage("fleet", None, 0)).await;
-        let expired = s.expire_all();
-        assert_eq!(expired.len(), 1);
-        assert!(matches!(expired[0].1, Action::Assign { ttl, .. } if ttl.is_zero()));
-    }
-}
+mod tests;

@@ -28,6 +28,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::store::board::{BoardReply, BoardWork};
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -161,7 +162,12 @@ impl<S: Store> Breaker<S> {
         out
     }
 
-    fn record(&self, admitted: &[(NodeId, Admit)], nodes: &[Option<NodeId>], reply: &Reply) {
+    fn record<T>(
+        &self,
+        admitted: &[(NodeId, Admit)],
+        nodes: &[Option<NodeId>],
+        answers: &[Result<T, StoreError>],
+    ) {
         let now = self.circuits.now();
         for (node, admit) in admitted {
             let probe = match admit {
@@ -172,7 +178,7 @@ impl<S: Store> Breaker<S> {
             let mine = || {
                 nodes
                     .iter()
-                    .zip(&reply.answers)
+                    .zip(answers)
                     .filter(move |(n, _)| n.as_ref() == Some(node))
                     .map(|(_, a)| a)
             };
@@ -239,32 +245,67 @@ fn circuit_open(node: &NodeId, retry_after: Duration) -> StoreError {
     }
 }
 
-#[async_trait]
-impl<S: Store> Store for Breaker<S> {
-    async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
-        let nodes: Vec<Option<NodeId>> = work.items.iter().map(|i| i.node.clone()).collect();
-        let admitted = self.admit(&nodes);
-        let refusal = |node: &Option<NodeId>| {
+/// Each position's refusal, if its node's circuit refused it.
+fn refusals(admitted: &[(NodeId, Admit)], nodes: &[Option<NodeId>]) -> Vec<Option<StoreError>> {
+    nodes
+        .iter()
+        .map(|node| {
             let node = node.as_ref()?;
             admitted.iter().find_map(|(n, a)| match a {
                 Admit::Refuse { retry_after } if n == node => Some(circuit_open(n, *retry_after)),
                 _ => None,
             })
-        };
-        let refused: Vec<Option<StoreError>> = nodes.iter().map(refusal).collect();
+        })
+        .collect()
+}
+
+/// The refusals in their places, and what was sent answered in order in
+/// the others.
+fn merged<T>(
+    refused: Vec<Option<StoreError>>,
+    answered: Vec<Result<T, StoreError>>,
+) -> Vec<Result<T, StoreError>> {
+    let mut answered = answered.into_iter();
+    refused
+        .into_iter()
+        .map(|r| match r {
+            Some(e) => Err(e),
+            None => answered.next().unwrap_or_else(|| {
+                Err(StoreError::new(
+                    StoreErrorKind::Rejected,
+                    "a store answered fewer items than it was sent",
+                ))
+            }),
+        })
+        .collect()
+}
+
+impl<S: Store> Breaker<S> {
+    /// The call about to go to `admitted`, counted if abandoned.
+    fn in_flight(&self, admitted: Vec<(NodeId, Admit)>, deadline: Option<Instant>) -> InFlight {
         let start = self.abandoned_after.map(|timeout| {
             let now = Instant::now();
             let own = now + timeout;
             (now, deadline.map_or(own, |d| d.min(own)))
         });
-        let mut call = InFlight {
+        InFlight {
             circuits: Arc::clone(&self.circuits),
             sent: start.map_or(Duration::ZERO, |(now, _)| {
                 now.saturating_duration_since(self.circuits.origin)
             }),
             expires: start.map(|(_, expires)| expires),
             admitted,
-        };
+        }
+    }
+}
+
+#[async_trait]
+impl<S: Store> Store for Breaker<S> {
+    async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
+        let nodes: Vec<Option<NodeId>> = work.items.iter().map(|i| i.node.clone()).collect();
+        let admitted = self.admit(&nodes);
+        let refused = refusals(&admitted, &nodes);
+        let mut call = self.in_flight(admitted, deadline);
         let reply = if refused.iter().all(Option::is_none) {
             self.inner.execute(work, deadline).await
         } else {
@@ -279,26 +320,40 @@ impl<S: Store> Store for Breaker<S> {
             } else {
                 self.inner.execute(&work.select(&sent), deadline).await
             };
-            let committed = sub.committed;
-            let mut answered = sub.answers.into_iter();
-            let answers = refused
-                .into_iter()
-                .map(|r| match r {
-                    Some(e) => Err(e),
-                    None => answered.next().unwrap_or_else(|| {
-                        Err(StoreError::new(
-                            StoreErrorKind::Rejected,
-                            "a store answered fewer items than it was sent",
-                        ))
-                    }),
-                })
-                .collect();
-            Reply { answers, committed }
+            Reply {
+                answers: merged(refused, sub.answers),
+                committed: sub.committed,
+            }
         };
         // Answered: recorded now, not at its deadline.
         call.expires = None;
-        self.record(&call.admitted, &nodes, &reply);
+        self.record(&call.admitted, &nodes, &reply.answers);
         reply
+    }
+
+    /// A board step goes to its node's circuit as an item does: refused at
+    /// once while it is open, and counted as the node's success or failure.
+    async fn share(&self, work: &BoardWork, deadline: Option<Instant>) -> BoardReply {
+        let nodes: Vec<Option<NodeId>> = work.steps.iter().map(|s| s.node.clone()).collect();
+        let admitted = self.admit(&nodes);
+        let refused = refusals(&admitted, &nodes);
+        let mut call = self.in_flight(admitted, deadline);
+        let sent: Vec<usize> = (0..nodes.len()).filter(|&i| refused[i].is_none()).collect();
+        let answered = if sent.is_empty() {
+            Vec::new()
+        } else if sent.len() == nodes.len() {
+            self.inner.share(work, deadline).await
+        } else {
+            let some = BoardWork {
+                steps: sent.iter().map(|&i| work.steps[i].clone()).collect(),
+                ..work.clone()
+            };
+            self.inner.share(&some, deadline).await
+        };
+        let answers = merged(refused, answered);
+        call.expires = None;
+        self.record(&call.admitted, &nodes, &answers);
+        answers
     }
 }
 
@@ -353,6 +408,36 @@ mod tests {
         tokio::time::advance(OPTIONS.cooldown).await;
         assert_eq!(kind(&b.execute(&work_on("n", 5), None).await), None);
         assert!(!b.is_open(&NodeId::new("n")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn board_steps_share_the_nodes_circuit_with_its_items() {
+        use crate::resilience::testing::board_work_on;
+        let (b, store) = breaker();
+        store.set(Behaviour::Hang);
+        // Two hung board calls and one hung item open the node's circuit.
+        for _ in 0..2 {
+            let r = b.share(&board_work_on("n"), None).await;
+            assert_eq!(
+                r[0].as_ref().err().map(|e| e.kind),
+                Some(StoreErrorKind::Timeout)
+            );
+        }
+        assert_eq!(
+            kind(&b.execute(&work_on("n", 5), None).await),
+            Some(StoreErrorKind::Timeout)
+        );
+        let t0 = Instant::now();
+        let r = b.share(&board_work_on("n"), None).await;
+        assert_eq!(
+            r[0].as_ref().err().map(|e| e.kind),
+            Some(StoreErrorKind::CircuitOpen)
+        );
+        assert_eq!(t0.elapsed(), Duration::ZERO, "refused at once");
+        assert_eq!(store.calls(), 3);
+        // Another node's step still goes.
+        store.set(Behaviour::Answer);
+        assert!(b.share(&board_work_on("m"), None).await[0].is_ok());
     }
 
     #[tokio::test(start_paused = true)]

@@ -18,6 +18,7 @@
 
 use std::time::Duration;
 
+use crate::store::board::{BoardReply, BoardWork};
 use async_trait::async_trait;
 use tokio::time::Instant;
 
@@ -57,6 +58,20 @@ pub struct Deadline<S> {
 }
 
 impl<S: Store> Deadline<S> {
+    /// The instant a call that arrives now with the caller's `deadline`
+    /// must end: the earlier of the two; `None` when that leaves less than
+    /// [`MIN_STORE_TIME`] (the call is not sent).
+    fn end(&self, deadline: Option<Instant>) -> Option<Instant> {
+        let now = Instant::now();
+        let own = now + self.timeout;
+        match deadline {
+            Some(caller) if caller < own => {
+                (caller.saturating_duration_since(now) >= MIN_STORE_TIME).then_some(caller)
+            }
+            _ => Some(own),
+        }
+    }
+
     /// `inner`, cut after `timeout`.
     pub fn new(inner: S, timeout: Duration) -> Deadline<S> {
         Deadline { inner, timeout }
@@ -71,19 +86,11 @@ impl<S: Store> Deadline<S> {
 #[async_trait]
 impl<S: Store> Store for Deadline<S> {
     async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
-        let now = Instant::now();
-        let own = now + self.timeout;
-        let at = match deadline {
-            Some(caller) if caller < own => {
-                if caller.saturating_duration_since(now) < MIN_STORE_TIME {
-                    return Reply::failed(
-                        work.len(),
-                        &StoreError::new(StoreErrorKind::Expired, DEADLINE_EXCEEDED),
-                    );
-                }
-                caller
-            }
-            _ => own,
+        let Some(at) = self.end(deadline) else {
+            return Reply::failed(
+                work.len(),
+                &StoreError::new(StoreErrorKind::Expired, DEADLINE_EXCEEDED),
+            );
         };
         // The inner call is polled first, so when the store's per-node
         // timeouts and this one fire together, its per-item answers win.
@@ -94,6 +101,16 @@ impl<S: Store> Store for Deadline<S> {
                 &StoreError::new(StoreErrorKind::Timeout, DEADLINE_EXCEEDED),
             ),
         }
+    }
+
+    async fn share(&self, work: &BoardWork, deadline: Option<Instant>) -> BoardReply {
+        let failed = |kind| vec![Err(StoreError::new(kind, DEADLINE_EXCEEDED)); work.steps.len()];
+        let Some(at) = self.end(deadline) else {
+            return failed(StoreErrorKind::Expired);
+        };
+        tokio::time::timeout_at(at, self.inner.share(work, Some(at)))
+            .await
+            .unwrap_or_else(|_| failed(StoreErrorKind::Timeout))
     }
 }
 
@@ -164,6 +181,19 @@ mod tests {
         );
         assert_eq!(t0.elapsed(), 10 * MS, "no wait");
         assert_eq!(store.calls(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_board_is_cut_at_the_store_timeout() {
+        use crate::resilience::testing::board_work_on;
+        let (deadline, _) = hanging(50 * MS);
+        let t0 = Instant::now();
+        let reply = deadline.share(&board_work_on("n"), None).await;
+        assert_eq!(t0.elapsed(), 50 * MS);
+        assert_eq!(
+            reply[0].as_ref().map_err(|e| e.kind).err(),
+            Some(StoreErrorKind::Timeout)
+        );
     }
 
     #[tokio::test(start_paused = true)]

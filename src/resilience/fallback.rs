@@ -25,6 +25,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::store::board::{BoardReply, BoardWork};
 use async_trait::async_trait;
 use tokio::time::Instant;
 
@@ -119,6 +120,11 @@ fn count_failures(reply: &Reply) {
 
 #[async_trait]
 impl<S: Store> Store for Fallback<S> {
+    /// Passed through: RLQS answers a failed board step itself.
+    async fn share(&self, work: &BoardWork, deadline: Option<Instant>) -> BoardReply {
+        self.inner.share(work, deadline).await
+    }
+
     async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
         let mut reply = self.inner.execute(work, deadline).await;
         let refund = matches!(work.policy, Policy::Refund { .. });

@@ -16,7 +16,8 @@
 //!   deadline (`grpc-timeout` less a margin) when that comes first: the
 //!   request's one deadline.
 //!
-//! The memory store has nothing to fail and is not wrapped.
+//! The memory store has nothing to time out or break: it gets the
+//! fallback alone ([`Layers::InProcess`]).
 //!
 //! [`Store::execute`]: crate::store::Store::execute
 
@@ -49,15 +50,36 @@ pub struct ResilienceOptions {
     pub breaker: Option<BreakerOptions>,
 }
 
-/// `store` with a deadline, per-node breakers (unless disabled), leases and
-/// the failure policies' fallback, outermost last. The local floor and the
-/// leases read time from `clock`. Needs a tokio runtime (the sweepers).
-pub fn wrap<S: Store + 'static>(
-    store: S,
-    options: ResilienceOptions,
-    leases: LeaseOptions,
-    clock: Arc<dyn Clock>,
-) -> Wrapped {
+/// Which layers a store needs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Layers {
+    /// A store in this process (memory): nothing to time out or break,
+    /// its state already local; only the fallback (a full store fails new
+    /// keys, for their rules' policies to answer).
+    InProcess,
+    /// A store across the network: the whole stack.
+    Remote {
+        /// The deadline and the breaker.
+        options: ResilienceOptions,
+        /// The leases.
+        leases: LeaseOptions,
+    },
+}
+
+/// `store` in the layers it needs: for a remote store a deadline,
+/// per-node breakers (unless disabled), leases and the failure policies'
+/// fallback, outermost last; for one in this process the fallback alone.
+/// Every backend's stack, the RLQS boards' included, is built here. The
+/// local floor and the leases read time from `clock`. Needs a tokio
+/// runtime (the sweepers).
+pub fn wrap<S: Store + 'static>(store: S, layers: Layers, clock: Arc<dyn Clock>) -> Wrapped {
+    let Layers::Remote { options, leases } = layers else {
+        return Wrapped {
+            store: Arc::new(Fallback::new(store, clock)),
+            leases: None,
+            _sweeper: None,
+        };
+    };
     let timed = Deadline::new(store, options.timeout);
     let guarded: Arc<dyn Store> = match options.breaker {
         Some(b) => Arc::new(Breaker::new(timed, b).counting_abandoned(options.timeout)),
@@ -69,8 +91,8 @@ pub fn wrap<S: Store + 'static>(
     );
     Wrapped {
         store: Arc::new(Fallback::new(Arc::clone(&leased), clock)),
-        leases: leased,
-        _sweeper: AbortOnDrop(sweeper),
+        leases: Some(leased),
+        _sweeper: Some(AbortOnDrop(sweeper)),
     }
 }
 
@@ -79,9 +101,10 @@ pub fn wrap<S: Store + 'static>(
 pub struct Wrapped {
     /// The whole stack.
     pub store: Arc<dyn Store>,
-    /// The lease layer (its table for `/hotkeys`; returned at shutdown).
-    pub leases: Arc<Leases<Arc<dyn Store>>>,
-    _sweeper: AbortOnDrop,
+    /// The lease layer of a remote store (its table for `/hotkeys`;
+    /// returned at shutdown).
+    pub leases: Option<Arc<Leases<Arc<dyn Store>>>>,
+    _sweeper: Option<AbortOnDrop>,
 }
 
 /// Stops a background task when dropped.

@@ -6,6 +6,7 @@
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
+use crate::store::board::{BoardReply, BoardWork};
 use async_trait::async_trait;
 use tokio::time::Instant;
 
@@ -73,6 +74,41 @@ impl Store for Scripted {
             ),
             _ => std::future::pending().await,
         }
+    }
+
+    async fn share(&self, work: &BoardWork, deadline: Option<Instant>) -> BoardReply {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let failed = |e: StoreError| vec![Err(e); work.steps.len()];
+        match self.behaviour.load(Ordering::SeqCst) {
+            0 => self.memory.share(work, deadline).await,
+            1 => failed(StoreError::new(
+                StoreErrorKind::Unavailable,
+                "connection refused",
+            )),
+            3 => failed(StoreError::new(
+                StoreErrorKind::Rejected,
+                "ERR the script failed",
+            )),
+            _ => std::future::pending().await,
+        }
+    }
+}
+
+/// A board work of one report on `node`.
+pub(crate) fn board_work_on(node: &str) -> crate::store::board::BoardWork {
+    use crate::store::board::{BoardOp, BoardStep, BoardWork};
+    BoardWork {
+        instance: "i".into(),
+        ttl: std::time::Duration::from_secs(1),
+        steps: vec![BoardStep {
+            key: "b".into(),
+            node: Some(NodeId::new(node)),
+            rate: 10.0,
+            op: BoardOp::Report {
+                line: 1,
+                demand: 1.0,
+            },
+        }],
     }
 }
 

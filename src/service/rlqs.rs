@@ -2,8 +2,10 @@
 //! `rate_limit_quota` filter reports each bucket's usage on one stream and
 //! is told how to enforce it ([`crate::quota`] decides what).
 //!
-//! Every report is answered at once, one action per bucket it carries. A
-//! malformed report ends the stream with `INVALID_ARGUMENT`. When this
+//! Every report is answered at once, one action per bucket it carries,
+//! and a bucket whose share moved (another Envoy arrived, left or changed
+//! its demand) is sent its new assignment when it moves, between reports.
+//! A malformed report ends the stream with `INVALID_ARGUMENT`. When this
 //! instance stops, every bucket of every open stream is sent its assignment
 //! with a TTL of zero (Envoy then applies its
 //! `expired_assignment_behavior` at once and reconnects to another
@@ -11,8 +13,6 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{
@@ -34,43 +34,20 @@ use futures::Stream;
 use tokio::sync::{mpsc, watch};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::config::LiveConfig;
-use crate::metrics::Stats;
-use crate::quota::{Action, QuotaOptions, Session, Strategy, Usage};
-use crate::store::board::DemandBoard;
+use crate::quota::{Action, Quotas, Session, Strategy, Usage};
 
 /// The RLQS service.
 #[derive(Debug, Clone)]
 pub struct QuotaService {
-    config: LiveConfig,
-    stats: Arc<Stats>,
-    board: Arc<dyn DemandBoard>,
-    options: QuotaOptions,
-    /// This instance's name on the boards.
-    instance: Arc<str>,
-    streams: Arc<AtomicU64>,
+    quotas: Quotas,
     /// Becomes true when the instance stops.
     stopping: watch::Receiver<bool>,
 }
 
 impl QuotaService {
-    /// The service over `config`, sharing demand through `board`.
-    pub fn new(
-        config: LiveConfig,
-        stats: Arc<Stats>,
-        board: Arc<dyn DemandBoard>,
-        options: QuotaOptions,
-        stopping: watch::Receiver<bool>,
-    ) -> QuotaService {
-        QuotaService {
-            config,
-            stats,
-            board,
-            options,
-            instance: instance_name().into(),
-            streams: Arc::new(AtomicU64::new(0)),
-            stopping,
-        }
+    /// The service of `quotas`.
+    pub fn new(quotas: Quotas, stopping: watch::Receiver<bool>) -> QuotaService {
+        QuotaService { quotas, stopping }
     }
 
     /// The tonic server of it, with `max_message` bytes per message.
@@ -79,16 +56,6 @@ impl QuotaService {
             .max_decoding_message_size(max_message)
             .max_encoding_message_size(max_message)
     }
-}
-
-/// A name no other instance has: the host's, this process's and its start.
-fn instance_name() -> String {
-    let started = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO)
-        .as_nanos();
-    let host = std::env::var("HOSTNAME").unwrap_or_default();
-    format!("{host}/{}/{started:x}", std::process::id())
 }
 
 type Answers = Pin<Box<dyn Stream<Item = Result<RateLimitQuotaResponse, Status>> + Send>>;
@@ -102,14 +69,7 @@ impl RateLimitQuotaService for QuotaService {
         request: Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<Response<Answers>, Status> {
         let mut inbound = request.into_inner();
-        let n = self.streams.fetch_add(1, Ordering::Relaxed);
-        let mut session = Session::new(
-            format!("{}/{n}", self.instance),
-            self.config.clone(),
-            Arc::clone(&self.stats),
-            Arc::clone(&self.board),
-            self.options,
-        );
+        let (mut session, mut pushes) = self.quotas.open();
         let mut stopping = self.stopping.clone();
         let (tx, rx) = mpsc::channel(4);
         tokio::spawn(async move {
@@ -125,6 +85,14 @@ impl RateLimitQuotaService for QuotaService {
                         }
                         Ok(None) | Err(_) => break,
                     },
+                    Some(push) = pushes.recv() => {
+                        if let Some((bucket, action)) = session.pushed(push) {
+                            let pushed = response(std::iter::once((bucket, Some(action))));
+                            if tx.send(Ok(pushed)).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
                     _ = async {
                         // A sender gone without stopping never stops it.
                         if stopping.wait_for(|&s| s).await.is_err() {

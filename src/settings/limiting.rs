@@ -122,6 +122,8 @@ pub struct QuotaSettings {
     pub assignment_ttl: Duration,
     /// `RLQS_IDLE_TIMEOUT`.
     pub idle_timeout: Duration,
+    /// `RLQS_SYNC_INTERVAL`.
+    pub sync_interval: Duration,
 }
 
 /// The decision audit (ours).
@@ -193,6 +195,7 @@ impl QuotaSettings {
         QuotaSettings {
             assignment_ttl: r.get(ENV_RLQS_ASSIGNMENT_TTL, parse_positive_duration),
             idle_timeout: r.get(ENV_RLQS_IDLE_TIMEOUT, parse_positive_duration),
+            sync_interval: r.get(ENV_RLQS_SYNC_INTERVAL, parse_positive_duration),
         }
     }
 }

@@ -140,6 +140,10 @@ pub const ENV_RLQS_ASSIGNMENT_TTL: &str = "RLQS_ASSIGNMENT_TTL";
 /// An RLQS bucket reported without requests this long is abandoned. Ours;
 /// default `60s`.
 pub const ENV_RLQS_IDLE_TIMEOUT: &str = "RLQS_IDLE_TIMEOUT";
+/// How often an instance reads again the RLQS boards its streams hold
+/// lines on, to push the shares other instances moved. Ours; default
+/// `250ms`.
+pub const ENV_RLQS_SYNC_INTERVAL: &str = "RLQS_SYNC_INTERVAL";
 /// How many of the busiest keys `/hotkeys` and the `ratelimit.hot_keys`
 /// gauges show; `0` turns detection off. Ours; default `16`.
 pub const ENV_HOT_KEYS_TOP_K: &str = "HOT_KEYS_TOP_K";
@@ -293,6 +297,12 @@ pub static EXTENSIONS: &[VarSpec] = &[
         name: ENV_RLQS_IDLE_TIMEOUT,
         kind: Kind::Duration,
         default: "60s",
+        support: Support::Active,
+    },
+    VarSpec {
+        name: ENV_RLQS_SYNC_INTERVAL,
+        kind: Kind::Duration,
+        default: "250ms",
         support: Support::Active,
     },
     VarSpec {

@@ -53,6 +53,20 @@ pub fn algorithm_key(
     key
 }
 
+/// The key of an RLQS demand board (see [`crate::store::board`]), one per
+/// quota: `prefix · "rlqs:{" · <the original's descriptor part> · "}"`, a
+/// hash of the lines of every Envoy bucket that draws from it. Its own
+/// namespace (`rlqs:`), so it never meets a counter; hash-tagged, so one
+/// board is one Redis Cluster slot.
+pub fn board_key(prefix: &str, domain: &str, entries: &[Entry]) -> String {
+    let mut key = with_capacity(prefix, domain, entries, 8);
+    key.push_str(prefix);
+    key.push_str("rlqs:{");
+    push_descriptor(&mut key, domain, entries, None);
+    key.push('}');
+    key
+}
+
 /// The key of one calendar period's counter of a descriptor:
 /// [`algorithm_key`] with the suffix `cal:<unit>:<period start>`, e.g.
 /// `rl2:{d_k_v_}:cal:month:1764547200`. It names its period, as the
@@ -278,6 +292,17 @@ mod tests {
         assert_eq!(
             algorithm_key("", "d", &plain, Some(&shared), "tb:1s"),
             "rl2:{d_k_*_}:tb:1s"
+        );
+    }
+
+    #[test]
+    fn a_board_key_is_its_descriptor_hash_tagged_in_its_own_namespace() {
+        let entries = [Entry::new("tenant", "beta"), Entry::new("route", "api")];
+        let key = board_key("p_", "rlqs", &entries);
+        assert_eq!(key, "p_rlqs:{rlqs_tenant_beta_route_api_}");
+        assert_eq!(
+            fred::util::redis_keyslot(key.as_bytes()),
+            fred::util::redis_keyslot(b"rlqs_tenant_beta_route_api_")
         );
     }
 

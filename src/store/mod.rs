@@ -16,8 +16,9 @@
 //! - [`redis`]: Redis single, sentinel or cluster, shared by a fleet;
 //! - [`memcache`]: the original's fixed windows in memcached;
 //! - [`key`]: the byte-exact cache-key format shared with the original;
-//! - [`board`]: the demand boards RLQS splits each limit on (in memory, or
-//!   [`redis::board`] shared by a fleet).
+//! - [`board`]: the demand boards RLQS splits each limit on
+//!   ([`Store::share`]: this instance's own in memory and memcache, a
+//!   fleet's on Redis).
 
 pub mod board;
 pub mod key;
@@ -438,6 +439,18 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// items with [`StoreErrorKind::Timeout`] (set by
     /// [`crate::resilience::Deadline`]).
     async fn execute(&self, work: &Work, deadline: Option<tokio::time::Instant>) -> Reply;
+
+    /// Runs `work`'s steps on the RLQS demand boards ([`board`]): each
+    /// step atomic on its board, one call per node, within `deadline`;
+    /// one answer per step. A failed node fails only its own steps. The
+    /// layers bound it as they bound [`Store::execute`] (deadline,
+    /// breaker); no failure policy answers a step: RLQS keeps a bucket's
+    /// assignment when its board cannot answer.
+    async fn share(
+        &self,
+        work: &board::BoardWork,
+        deadline: Option<tokio::time::Instant>,
+    ) -> board::BoardReply;
 }
 
 /// Where a store keeps its keys: asked once per item by whoever builds the
@@ -487,6 +500,14 @@ pub enum ReferenceStep {
 impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     async fn execute(&self, work: &Work, deadline: Option<tokio::time::Instant>) -> Reply {
         (**self).execute(work, deadline).await
+    }
+
+    async fn share(
+        &self,
+        work: &board::BoardWork,
+        deadline: Option<tokio::time::Instant>,
+    ) -> board::BoardReply {
+        (**self).share(work, deadline).await
     }
 }
 

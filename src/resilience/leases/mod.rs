@@ -45,6 +45,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::store::board::{BoardReply, BoardWork};
 use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -599,6 +600,11 @@ async fn give_back<S: Store + ?Sized>(store: &S, leases: Vec<Ended>) -> u64 {
 
 #[async_trait]
 impl<S: Store + 'static> Store for Leases<S> {
+    /// Passed through: nothing on a board is leased.
+    async fn share(&self, work: &BoardWork, deadline: Option<Instant>) -> BoardReply {
+        self.inner.share(work, deadline).await
+    }
+
     async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
         // Leased items, and give-backs that a lease may take.
         if work.policy.commits()
@@ -642,6 +648,10 @@ mod tests {
                 return Reply::failed(work.len(), &e);
             }
             self.inner.execute(work, deadline).await
+        }
+
+        async fn share(&self, work: &BoardWork, deadline: Option<Instant>) -> BoardReply {
+            self.inner.share(work, deadline).await
         }
     }
 

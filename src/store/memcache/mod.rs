@@ -177,6 +177,9 @@ pub struct MemcacheStore {
     /// another list (a request uses the list it started with).
     servers: Arc<arc_swap::ArcSwap<Vec<Arc<Server>>>>,
     make: Arc<ServerFactory>,
+    /// RLQS's demand boards: memcached has no atomic step to share them,
+    /// so each instance splits alone.
+    boards: Arc<crate::store::board::MemoryBoards>,
 }
 
 /// What a new [`Server`] needs.
@@ -250,6 +253,9 @@ impl MemcacheStore {
         Ok(MemcacheStore {
             servers: Arc::new(arc_swap::ArcSwap::from_pointee(servers)),
             make: Arc::new(make),
+            boards: Arc::new(crate::store::board::MemoryBoards::new(Arc::new(
+                crate::limiter::SystemClock,
+            ))),
         })
     }
 
@@ -518,6 +524,14 @@ impl Store for MemcacheStore {
             return self.count(&work.items, deadline).instrument(span).await;
         }
         self.count(&work.items, deadline).await
+    }
+
+    async fn share(
+        &self,
+        work: &crate::store::board::BoardWork,
+        _deadline: Option<Instant>,
+    ) -> crate::store::board::BoardReply {
+        self.boards.share(work)
     }
 }
 

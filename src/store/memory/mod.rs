@@ -192,6 +192,8 @@ pub struct MemoryStore {
     reports_keys: bool,
     /// The rules whose start of evicting was logged.
     evicting_logged: Mutex<std::collections::HashSet<Owner>>,
+    /// RLQS's demand boards: this instance's own.
+    boards: crate::store::board::MemoryBoards,
 }
 
 impl MemoryStore {
@@ -207,6 +209,7 @@ impl MemoryStore {
         MemoryStore {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             secret: (rand::random(), rand::random()),
+            boards: crate::store::board::MemoryBoards::new(Arc::clone(&clock)),
             clock,
             per_shard: max_keys.div_ceil(SHARDS).max(1),
             full_logged: std::sync::atomic::AtomicBool::new(false),
@@ -525,6 +528,14 @@ impl Store for MemoryStore {
             Ok(reply) => reply,
             Err(e) => Reply::failed(work.len(), &e),
         }
+    }
+
+    async fn share(
+        &self,
+        work: &crate::store::board::BoardWork,
+        _deadline: Option<tokio::time::Instant>,
+    ) -> crate::store::board::BoardReply {
+        self.boards.share(work)
     }
 }
 

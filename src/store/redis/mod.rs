@@ -29,7 +29,7 @@
 //! its nodes: reserve, then refund), and this file, the store around them.
 
 mod args;
-pub mod board;
+mod board;
 mod coalesce;
 pub mod connect;
 mod node;
@@ -45,6 +45,9 @@ use fred::clients::Pool;
 use fred::interfaces::{ClientLike, ClusterInterface, EventInterface};
 use tokio::time::Instant;
 
+use futures::TryFutureExt;
+
+use super::board::{BoardReply, BoardWork};
 use super::{Placement, Reply, Store, StoreError, StoreErrorKind, Work};
 
 pub use connect::{connect, RedisAddress, RedisOptions, StartupRetry};
@@ -191,14 +194,60 @@ impl Store for RedisStore {
         }
         self.run(work, deadline).await
     }
+
+    /// On the main deployment, one call per node (per slot where the
+    /// cluster refuses script flags), concurrently, each given up at the
+    /// deadline.
+    async fn share(&self, work: &BoardWork, deadline: Option<Instant>) -> BoardReply {
+        let backend = &self.lanes().main.backend;
+        let groups = self.placement.group_by_node(
+            work.steps
+                .iter()
+                .map(|s| (s.key.as_str(), false, s.node.as_ref())),
+        );
+        let calls = groups
+            .into_iter()
+            .map(|((_, route), positions)| async move {
+                let per_node = matches!(route, args::Route::Primary(_));
+                let answer = node::until(
+                    deadline,
+                    board::call(backend, per_node, work, &positions).map_err(node::moved_key),
+                )
+                .await;
+                (positions, answer)
+            });
+        let mut reply: BoardReply = vec![
+            Err(StoreError::new(
+                StoreErrorKind::Rejected,
+                "a board step was not sent"
+            ));
+            work.steps.len()
+        ];
+        for (positions, answer) in futures::future::join_all(calls).await {
+            match answer {
+                Ok(shares) => {
+                    for (i, s) in positions.into_iter().zip(shares) {
+                        reply[i] = Ok(s);
+                    }
+                }
+                Err(e) => {
+                    for i in positions {
+                        reply[i] = Err(e.clone());
+                    }
+                }
+            }
+        }
+        if reply.iter().any(|a| {
+            a.as_ref()
+                .is_err_and(|e| e.kind != StoreErrorKind::Rejected)
+        }) {
+            self.resync_soon();
+        }
+        reply
+    }
 }
 
 impl RedisStore {
-    /// The RLQS demand boards on the main deployment.
-    pub fn board(&self) -> board::RedisBoard {
-        board::RedisBoard::new(self.shared.main.backend.pool.clone())
-    }
-
     /// Where this store keeps its keys.
     pub fn placement(&self) -> Arc<dyn Placement> {
         Arc::clone(&self.placement) as Arc<dyn Placement>

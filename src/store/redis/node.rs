@@ -183,6 +183,33 @@ impl Backend {
         V: TryInto<fred::types::MultipleValues> + Send,
         V::Error: Into<fred::error::Error> + Send,
     {
+        let values = self.call_raw(script, keys, argv).await?;
+        if values.len() != sizes.iter().sum::<usize>() {
+            return Err(StoreError::new(
+                StoreErrorKind::Rejected,
+                "unexpected reply from the limits script: wrong length",
+            ));
+        }
+        let mut values = values.into_iter();
+        Ok(sizes
+            .into_iter()
+            .map(|n| values.by_ref().take(n).collect())
+            .collect())
+    }
+
+    /// Runs `script` over `keys` and `argv` on one node, failing at once
+    /// while the connection is down, loading the script on `NOSCRIPT`:
+    /// every script call of the store goes through here.
+    pub(super) async fn call_raw<V>(
+        &self,
+        script: &Script,
+        keys: Vec<String>,
+        argv: V,
+    ) -> Result<Vec<i64>, StoreError>
+    where
+        V: TryInto<fred::types::MultipleValues> + Send,
+        V::Error: Into<fred::error::Error> + Send,
+    {
         let client = self.pool.next();
         // Converted once: the NOSCRIPT retry below clones these, and a
         // converted key or value clones by reference count, not by copy.
@@ -205,17 +232,7 @@ impl Backend {
             other => other,
         }
         .map_err(|e| store_error(&e))?;
-        if values.len() != sizes.iter().sum::<usize>() {
-            return Err(StoreError::new(
-                StoreErrorKind::Rejected,
-                "unexpected reply from the limits script: wrong length",
-            ));
-        }
-        let mut values = values.into_iter();
-        Ok(sizes
-            .into_iter()
-            .map(|n| values.by_ref().take(n).collect())
-            .collect())
+        Ok(values)
     }
 }
 
@@ -262,7 +279,7 @@ impl LimitCalls {
 /// routes changed under a failover or a resharding) did not reach the
 /// key's node: unreachable, as a call to a failed node is, so that the
 /// routing table is read again and the items' policies answer.
-fn moved_key(e: StoreError) -> StoreError {
+pub(super) fn moved_key(e: StoreError) -> StoreError {
     if e.kind == StoreErrorKind::Rejected && e.message.contains("non local key") {
         StoreError::new(StoreErrorKind::Unavailable, e.message)
     } else {

@@ -1,5 +1,8 @@
-//! The one Lua script that makes a request's store work atomic on a Redis
-//! node (`limits.lua`; its header gives the layout).
+//! The Lua scripts: the one that makes a request's store work atomic on a
+//! Redis node (`limits.lua`; its header gives the layout), and RLQS's
+//! demand boards (`board.lua`). Each comes in two key layouts: declared
+//! as `KEYS` (one node, or one Cluster slot), or passed in `ARGV` for one
+//! call per Cluster primary (`node_keys.lua`).
 //!
 //! One call carries one or more *groups*, each every item of one request
 //! that lives on the node (one hash slot in Redis Cluster); the whole call
@@ -22,3 +25,10 @@ pub const LIMITS: &str = concat!(include_str!("single_keys.lua"), include_str!("
 /// (script flags); a deployment that refuses it keeps one call per slot.
 pub const LIMITS_PER_NODE: &str =
     concat!(include_str!("node_keys.lua"), include_str!("limits.lua"));
+
+/// RLQS's demand boards: every step of one report on one node (see
+/// `crate::store::board`), its keys declared as `KEYS`.
+pub const BOARD: &str = concat!(include_str!("single_keys.lua"), include_str!("board.lua"));
+
+/// The boards' script for one call per Cluster primary.
+pub const BOARD_PER_NODE: &str = concat!(include_str!("node_keys.lua"), include_str!("board.lua"));

@@ -39,15 +39,6 @@ pub fn max_min(rate: f64, demands: &[f64]) -> Vec<f64> {
     shares
 }
 
-/// The share of the Envoy whose demand is `mine` among `others`, each
-/// demand with [`HEADROOM`].
-pub fn share_of(rate: f64, mine: f64, others: &[f64]) -> f64 {
-    let mut demands = Vec::with_capacity(others.len() + 1);
-    demands.push(mine * HEADROOM);
-    demands.extend(others.iter().map(|d| d * HEADROOM));
-    max_min(rate, &demands)[0]
-}
-
 /// Whether a share moving from `current` to `target` is worth a new
 /// assignment: Envoy restarts its bucket full on every change, so small
 /// moves (within 10 % of the current share, and within 2 % of the rule's
@@ -55,6 +46,31 @@ pub fn share_of(rate: f64, mine: f64, others: &[f64]) -> f64 {
 pub fn moved(current: f64, target: f64, rate: f64) -> bool {
     let by = (target - current).abs();
     by > 0.1 * current && by > 0.02 * rate
+}
+
+/// The new assignments of Envoys that hold `assigned` and report `demands`
+/// (requests per second, without headroom) on one rule of `rate`: each
+/// moves to its max-min share (with [`HEADROOM`]) unless that move is
+/// small ([`moved`]), and the assignments never add up past `rate`: when
+/// the kept ones would, every Envoy kept above its share gets its share.
+/// Equal inputs give equal outputs, so every instance that re-splits one
+/// board agrees.
+pub fn resplit(rate: f64, demands: &[f64], assigned: &[f64]) -> Vec<f64> {
+    let with_headroom: Vec<f64> = demands.iter().map(|d| d * HEADROOM).collect();
+    let targets = max_min(rate, &with_headroom);
+    let mut out: Vec<f64> = targets
+        .iter()
+        .zip(assigned)
+        .map(|(&t, &a)| if moved(a, t, rate) { t } else { a })
+        .collect();
+    if out.iter().sum::<f64>() > rate * (1.0 + 1e-12) {
+        for (o, &t) in out.iter_mut().zip(&targets) {
+            if *o > t {
+                *o = t;
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -87,7 +103,31 @@ mod tests {
         assert!(!moved(1.0, 1.5, 100.0), "below 2 % of the rate");
     }
 
+    #[test]
+    fn a_newcomer_gets_its_share_at_once_and_the_others_shrink() {
+        // One Envoy held the whole rate; a newcomer counts as wanting all.
+        let s = resplit(10.0, &[30.0, 10.0], &[10.0, 0.0]);
+        assert_eq!(s, vec![5.0, 5.0]);
+        // A small move keeps what is held.
+        let s = resplit(100.0, &[60.0, 60.0], &[52.0, 48.0]);
+        assert_eq!(s, vec![52.0, 48.0]);
+        // A leaver's share goes to those who remain.
+        assert_eq!(resplit(10.0, &[30.0], &[5.0]), vec![10.0]);
+    }
+
     proptest! {
+        /// Whatever was held, the new assignments never add up past the
+        /// rate, and a re-split of its own output keeps it.
+        #[test]
+        fn resplit_never_passes_the_rate(rate in 1.0f64..1e4, lines in prop::collection::vec((0.0f64..1e4, 0.0f64..1e4), 1..12)) {
+            let (demands, held): (Vec<f64>, Vec<f64>) = lines.into_iter().unzip();
+            let s = resplit(rate, &demands, &held);
+            prop_assert!(s.iter().sum::<f64>() <= rate * (1.0 + 1e-9));
+            prop_assert!(s.iter().all(|a| *a >= 0.0));
+            let again = resplit(rate, &demands, &s);
+            prop_assert_eq!(again, s);
+        }
+
         /// Never above the rate, never below zero; a demand below the
         /// level it would share is met.
         #[test]
