@@ -121,9 +121,22 @@ fn within_span(rate: f64, rounds: &[Round], what: &str) {
 }
 
 async fn fleet_of(grpc: std::net::SocketAddr, demands: &[f64]) -> Vec<SimEnvoy> {
+    fleet_naming(grpc, demands, false).await
+}
+
+/// [`fleet_of`]; `domain_once`: each names the domain in its first report
+/// only.
+async fn fleet_naming(
+    grpc: std::net::SocketAddr,
+    demands: &[f64],
+    domain_once: bool,
+) -> Vec<SimEnvoy> {
     let mut fleet = Vec::new();
     for &d in demands {
         let mut e = SimEnvoy::connect(grpc, "q", &[("fleet", "f")], d, false).await;
+        if domain_once {
+            e = e.naming_the_domain_once();
+        }
         let took = e.start().await;
         assert!(
             took < Duration::from_secs(1),
@@ -136,8 +149,19 @@ async fn fleet_of(grpc: std::net::SocketAddr, demands: &[f64]) -> Vec<SimEnvoy> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_envoys_split_one_limit_by_their_demand() {
+    three_envoys(false).await;
+}
+
+/// The proto's client: the domain in the first report only, the same
+/// fleet results.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoys_that_name_the_domain_once_split_it_alike() {
+    three_envoys(true).await;
+}
+
+async fn three_envoys(domain_once: bool) {
     let svc = service(&[]);
-    let mut fleet = fleet_of(svc.grpc, &[150.0, 60.0, 10.0]).await;
+    let mut fleet = fleet_naming(svc.grpc, &[150.0, 60.0, 10.0], domain_once).await;
     let mut seen = Vec::new();
     let mut converged = Vec::new();
     println!("round | allowed (150/s, 60/s, 10/s) | total of 500 | refilled by changes");
@@ -339,4 +363,132 @@ async fn sigterm_expires_every_assignment_at_once() {
         matches!(e.enforced, Enforced::Bucket(..)),
         "the same strategy: no refill"
     );
+}
+
+/// With Redis paused, a report is answered within `STORE_TIMEOUT`: a
+/// bucket keeps its assignment (nothing is sent for it) until its TTL,
+/// then its rule's `failure_mode` answers (`closed`: deny all; the
+/// default, `error`: nothing, Envoy's own expired-assignment behaviour).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_redis_is_answered_within_the_store_timeout_by_policy() {
+    let redis = RedisServer::start();
+    let rules = "
+domain: q
+descriptors:
+  - key: fleet
+    rate_limit: {unit: second, requests_per_unit: 100}
+  - key: strict
+    rate_limit: {unit: second, requests_per_unit: 100, failure_mode: closed}
+";
+    let svc = Service::start(
+        &[("rules.yaml", rules)],
+        &[
+            ("BACKEND_TYPE", "redis"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", &redis.addr()),
+            ("STORE_TIMEOUT", "200ms"),
+            ("RLQS_ASSIGNMENT_TTL", "1s"),
+        ],
+    );
+    let mut plain = SimEnvoy::connect(svc.grpc, "q", &[("fleet", "f")], 50.0, false).await;
+    let mut strict = SimEnvoy::connect(svc.grpc, "q", &[("strict", "s")], 50.0, false).await;
+    plain.start().await;
+    strict.start().await;
+    assert!(matches!(plain.enforced, Enforced::Bucket(..)));
+    assert!(matches!(strict.enforced, Enforced::Bucket(..)));
+    redis.pause();
+    let mut took = Vec::new();
+    for e in [&mut plain, &mut strict] {
+        let t = tokio::time::Instant::now();
+        e.round(1).await;
+        took.push(t.elapsed());
+        assert!(matches!(e.enforced, Enforced::Bucket(..)), "kept");
+    }
+    // Past the TTL: the policies answer.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    for e in [&mut plain, &mut strict] {
+        let t = tokio::time::Instant::now();
+        e.round(1).await;
+        took.push(t.elapsed());
+    }
+    redis.resume();
+    println!("answers with Redis paused (STORE_TIMEOUT 200 ms): {took:?}");
+    for t in &took {
+        assert!(*t < Duration::from_millis(900), "{took:?}");
+    }
+    assert!(
+        matches!(plain.enforced, Enforced::Bucket(..)),
+        "failure_mode error sends nothing: {:?}",
+        plain.enforced
+    );
+    assert_eq!(strict.enforced, Enforced::DenyAll, "failure_mode closed");
+    // Redis back: the bucket is assigned again, once the breaker's probe
+    // finds it answering.
+    for _ in 0..50 {
+        strict.round(1).await;
+        if matches!(strict.enforced, Enforced::Bucket(..)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        matches!(strict.enforced, Enforced::Bucket(..)),
+        "assigned again: {:?}",
+        strict.enforced
+    );
+    assert!(svc.stat("ratelimit.rlqs.board_failure") >= 4);
+}
+
+/// How fast a moved share reaches a stream: an Envoy on one instance uses
+/// the whole limit; ten times a newcomer joins, then closes its stream,
+/// on the same instance and on another one on the same Redis. Each time,
+/// the first Envoy is pushed its shrunk and its regrown share: at once on
+/// the same instance, within one `RLQS_SYNC_INTERVAL` (250 ms) plus a
+/// round trip from the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_share_is_pushed_within_one_sync_interval() {
+    let redis = RedisServer::start();
+    let env = [
+        ("BACKEND_TYPE", "redis"),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", &redis.addr()),
+    ];
+    let (one, two) = (service(&env), service(&env));
+    let mut first = SimEnvoy::connect(one.grpc, "q", &[("fleet", "f")], 150.0, false).await;
+    first.start().await;
+    first.round(ROUND).await;
+    for (name, grpc) in [("same instance", one.grpc), ("other instance", two.grpc)] {
+        let (mut joins, mut leaves) = (Vec::new(), Vec::new());
+        for _ in 0..10 {
+            let mut newcomer = SimEnvoy::connect(grpc, "q", &[("fleet", "f")], 150.0, false).await;
+            let t = tokio::time::Instant::now();
+            newcomer.start().await;
+            joins.push(until_pushed(&mut first, t).await);
+            let t = tokio::time::Instant::now();
+            newcomer.close();
+            leaves.push(until_pushed(&mut first, t).await);
+        }
+        let ms = |v: &[Duration]| v.iter().map(|d| d.as_millis()).collect::<Vec<_>>();
+        println!(
+            "{name}: pushed after a join {:?} ms, after a leave {:?} ms",
+            ms(&joins),
+            ms(&leaves)
+        );
+        for d in joins.iter().chain(&leaves) {
+            assert!(*d < Duration::from_millis(750), "{name}: {d:?}");
+        }
+    }
+}
+
+/// How long after `since` `e`'s assignment changed (an upper bound: a
+/// message already waiting is read now).
+async fn until_pushed(e: &mut SimEnvoy, since: tokio::time::Instant) -> Duration {
+    let before = e.changes;
+    while let Some(m) = e.next(Duration::from_secs(2)).await {
+        e.apply(&m);
+        if e.changes != before {
+            return since.elapsed();
+        }
+    }
+    panic!("nothing pushed within 2 s");
 }

@@ -10,7 +10,8 @@
 //!   assignment changes (an unchanged assignment only extends its TTL).
 //! - Requests arrive evenly at the Envoy's demand; each round it reports
 //!   the allowed and denied counts with `time_elapsed` in whole seconds,
-//!   waits for the server's answer and applies it.
+//!   waits for the server's answer and applies it; what the server pushed
+//!   between reports is applied before the next round.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -56,6 +57,10 @@ pub struct SimEnvoy {
     tokens: f64,
     /// A fractional request carried to the next round.
     carry: f64,
+    /// Whether only the first report names the domain (as the proto
+    /// allows) rather than every one (as Envoy does).
+    domain_once: bool,
+    reported: bool,
 }
 
 impl SimEnvoy {
@@ -99,7 +104,15 @@ impl SimEnvoy {
             changes: 0,
             tokens: 0.0,
             carry: 0.0,
+            domain_once: false,
+            reported: false,
         }
+    }
+
+    /// The same Envoy, naming the domain in its first report only.
+    pub fn naming_the_domain_once(mut self) -> SimEnvoy {
+        self.domain_once = true;
+        self
     }
 
     /// The bucket's first request: an immediate report without usage
@@ -113,6 +126,7 @@ impl SimEnvoy {
     /// `secs` seconds at its demand against what it enforces, then a report
     /// of them; returns (allowed, denied).
     pub async fn round(&mut self, secs: u64) -> (u64, u64) {
+        self.drain().await;
         let wanted = self.demand * secs as f64 + self.carry;
         let n = wanted.floor() as u64;
         self.carry = wanted - n as f64;
@@ -151,8 +165,14 @@ impl SimEnvoy {
     }
 
     async fn report(&mut self, secs: Option<u64>, allowed: u64, denied: u64) {
+        let domain = if self.domain_once && self.reported {
+            String::new()
+        } else {
+            self.domain.clone()
+        };
+        self.reported = true;
         let report = RateLimitQuotaUsageReports {
-            domain: self.domain.clone(),
+            domain,
             bucket_quota_usages: vec![BucketQuotaUsage {
                 bucket_id: Some(BucketId {
                     bucket: self.bucket.clone(),
@@ -171,6 +191,14 @@ impl SimEnvoy {
             .await
             .expect("an answer to every report");
         self.apply(&answer);
+    }
+
+    /// Applies every message the server pushed meanwhile (a share that
+    /// moved between reports), as Envoy applies one on arrival.
+    pub async fn drain(&mut self) {
+        while let Some(pushed) = self.next(Duration::from_millis(2)).await {
+            self.apply(&pushed);
+        }
     }
 
     /// The server's next message within `within`, if any.

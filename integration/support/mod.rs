@@ -38,6 +38,14 @@ pub const OK: i32 = Code::Ok as i32;
 /// Refused.
 pub const OVER: i32 = Code::OverLimit as i32;
 
+/// The service binary under test: this build's, or
+/// `RATELIMIT_TEST_BINARY` (to run a test against another build, e.g. an
+/// earlier commit's for a before-and-after).
+pub fn binary() -> std::path::PathBuf {
+    std::env::var_os("RATELIMIT_TEST_BINARY")
+        .map_or_else(|| env!("CARGO_BIN_EXE_ratelimit").into(), Into::into)
+}
+
 /// A running service. Killed (and its directory removed) on drop.
 pub struct Service {
     child: Child,
@@ -79,10 +87,10 @@ impl Service {
         let mut cmd = match wrapper.split_first() {
             Some((program, args)) => {
                 let mut c = Command::new(program);
-                c.args(args).arg(env!("CARGO_BIN_EXE_ratelimit"));
+                c.args(args).arg(binary());
                 c
             }
-            None => Command::new(env!("CARGO_BIN_EXE_ratelimit")),
+            None => Command::new(binary()),
         };
         cmd.env_clear()
             .env("BACKEND_TYPE", "memory")
