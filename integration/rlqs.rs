@@ -492,3 +492,88 @@ async fn until_pushed(e: &mut SimEnvoy, since: tokio::time::Instant) -> Duration
     }
     panic!("nothing pushed within 2 s");
 }
+
+/// One board call per node carries a whole report, and one a whole sync:
+/// a stream reports 1,000 buckets of 1,000 tenants (1,000 boards) on a
+/// single Redis; Redis counts one script call for the report, and one per
+/// `RLQS_SYNC_INTERVAL` (100 ms here) while the instance holds the lines.
+/// Prints what each costs Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_and_a_sync_are_one_board_call_per_node() {
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+        BucketId, RateLimitQuotaUsageReports,
+    };
+    use support::redis::info_field;
+
+    let redis = RedisServer::start();
+    let rules = "
+domain: q
+descriptors:
+  - key: tenant
+    rate_limit: {unit: second, requests_per_unit: 100}
+";
+    let svc = Service::start(
+        &[("rules.yaml", rules)],
+        &[
+            ("BACKEND_TYPE", "redis"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", &redis.addr()),
+            ("RLQS_SYNC_INTERVAL", "100ms"),
+        ],
+    );
+    let evalsha = || {
+        let info = redis.cli(&["INFO", "commandstats"]);
+        let stat = info_field(&info, "cmdstat_evalsha").unwrap_or_default();
+        let field = |name: &str| {
+            stat.split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        (field("calls") as u64, field("usec"))
+    };
+    let mut client = RateLimitQuotaServiceClient::connect(format!("http://{}", svc.grpc))
+        .await
+        .expect("connect");
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let outbound =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) });
+    let mut inbound = client
+        .stream_rate_limit_quotas(outbound)
+        .await
+        .expect("stream")
+        .into_inner();
+    let report = RateLimitQuotaUsageReports {
+        domain: "q".into(),
+        bucket_quota_usages: (0..1_000)
+            .map(|i| BucketQuotaUsage {
+                bucket_id: Some(BucketId {
+                    bucket: [("tenant".to_string(), format!("t{i}"))].into(),
+                }),
+                time_elapsed: None,
+                num_requests_allowed: 0,
+                num_requests_denied: 0,
+            })
+            .collect(),
+    };
+    let (calls0, usec0) = evalsha();
+    tx.send(report).await.expect("send");
+    let answer = inbound.message().await.expect("answer").expect("open");
+    let (calls1, usec1) = evalsha();
+    assert_eq!(answer.bucket_action.len(), 1_000);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (calls2, usec2) = evalsha();
+    let syncs = calls2 - calls1;
+    println!(
+        "a report of 1,000 boards: {} script call(s), {:.0} µs of Redis; {syncs} syncs of them in 2 s, {:.0} µs each",
+        calls1 - calls0,
+        usec1 - usec0,
+        (usec2 - usec1) / syncs.max(1) as f64
+    );
+    // A sync may run between the two reads: at most one more call.
+    assert!((1..=2).contains(&(calls1 - calls0)), "{}", calls1 - calls0);
+    assert!((5..=21).contains(&syncs), "{syncs} syncs in 2 s at 100 ms");
+    drop(tx);
+}

@@ -53,7 +53,7 @@ for i = 1, n do
   end
   if op == 1 then
     local l = lines[me] or {demand, 0, 0}
-    l[1], l[3] = demand, now + ttl
+    l[1], l[3], l[4] = demand, now + ttl, true
     lines[me] = l
   elseif op == 2 and lines[me] then
     lines[me] = nil
@@ -77,17 +77,22 @@ for i = 1, n do
       if split[k] > targets[k] then split[k] = targets[k] end
     end
   end
-  local mine, last = {}, now
+  -- Only lines that changed are written: a sync of a settled board
+  -- writes nothing.
+  local mine, last, wrote = {}, now, false
   for k, name in ipairs(names) do
     local l = lines[name]
-    redis.call('HSET', key, name, string.format('%.17g:%.17g:%d', l[1], split[k], l[3]))
+    if l[4] or split[k] ~= held[k] then
+      redis.call('HSET', key, name, string.format('%.17g:%.17g:%d', l[1], split[k], l[3]))
+      wrote = true
+    end
     if l[3] > last then last = l[3] end
     if string.sub(name, 1, #prefix) == prefix then
       mine[#mine + 1] = tonumber(string.sub(name, #prefix + 1))
       mine[#mine + 1] = math.floor(split[k] * 1e6)
     end
   end
-  if #names > 0 then redis.call('PEXPIRE', key, last - now) end
+  if wrote then redis.call('PEXPIRE', key, last - now) end
   out[#out + 1] = #mine / 2
   for _, v in ipairs(mine) do out[#out + 1] = v end
 end
