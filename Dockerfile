@@ -1,27 +1,52 @@
-# The ratelimit service image: built with `cargo build --release --locked`,
-# run as a non-root user on a small Debian base, with the original's ports.
+# The ratelimit service image: the three binaries without debug info, as
+# user 65532, on a base of glibc, libgcc, CA certificates and a `nonroot`
+# user (65532) and nothing else, with the original's ports. It runs with a
+# read-only root filesystem and every capability dropped.
 #
-#   docker build -t ratelimit:0.1.0 .
+#   docker build -t ratelimit:0.1.0 --build-arg REVISION=$(git rev-parse --short=12 HEAD) .
+#   podman build -t ratelimit:0.1.0 --build-arg REVISION=$(git rev-parse --short=12 HEAD) .
+#
+# Build arguments:
+#   BASE      the runtime base (default gcr.io/distroless/cc-debian12:nonroot;
+#             scripts/image.sh makes an equivalent from Debian's packages)
+#   BINARIES  `build` (the default): compile in the `build` stage; or
+#             `prebuilt`: copy `prebuilt/` of the build context, which holds
+#             binaries already built with `cargo build --release --locked`
+#             and stripped (scripts/image.sh, run by the test command)
+#   VERSION, REVISION  for the labels (and REVISION for `ratelimit --version`)
 #
 # The Helm chart's default image is `ratelimit:<appVersion>`: push this image
 # to your registry and set image.repository / image.tag.
 
+ARG BASE=gcr.io/distroless/cc-debian12:nonroot
+ARG BINARIES=build
+
 FROM rust:1-bookworm AS build
+ARG REVISION=unknown
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked \
+RUN RATELIMIT_REVISION=$REVISION cargo build --release --locked \
         --bin ratelimit --bin ratelimit_config_check --bin ratelimit_client \
     && mkdir -p /out \
-    && cp target/release/ratelimit target/release/ratelimit_config_check \
-        target/release/ratelimit_client /out/
+    && for b in ratelimit ratelimit_config_check ratelimit_client; do \
+           objcopy --strip-debug "target/release/$b" "/out/$b"; \
+       done
 
-FROM debian:bookworm-slim
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates \
-    && rm -rf /var/lib/apt/lists/* \
-    && groupadd --gid 65532 ratelimit \
-    && useradd --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin ratelimit
-COPY --from=build /out/ /usr/local/bin/
+FROM scratch AS prebuilt
+COPY prebuilt/ /out/
+
+FROM ${BINARIES} AS binaries
+
+FROM ${BASE}
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="ratelimit" \
+      org.opencontainers.image.description="A drop-in replacement for the Envoy (Lyft) rate limit service" \
+      org.opencontainers.image.source="https://github.com/envoyproxy/ratelimit" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=binaries /out/ /usr/local/bin/
 USER 65532:65532
 # gRPC, HTTP (/json, /healthcheck), debug (/rlconfig, /stats).
 EXPOSE 8081 8080 6070

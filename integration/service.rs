@@ -1129,3 +1129,42 @@ async fn connections_are_spread_over_the_grpc_workers() {
     svc.signal("TERM");
     assert_eq!(svc.wait_exit(Duration::from_secs(20)), Some(0));
 }
+
+/// `ratelimit --version` prints the version and the source revision and
+/// exits, without starting the service (any other argument is ignored, as
+/// the original ignores them).
+#[test]
+fn version_prints_the_version_and_revision_and_exits() {
+    let mut child = std::process::Command::new(binary())
+        .arg("--version")
+        .env_clear()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    let mut exited = None;
+    for _ in 0..100 {
+        if let Ok(Some(status)) = child.try_wait() {
+            exited = Some(status);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if exited.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("`ratelimit --version` did not exit within 5 s: it started the service");
+    }
+    let mut out = String::new();
+    if let Some(mut stdout) = child.stdout.take() {
+        use std::io::Read;
+        let _ = stdout.read_to_string(&mut out);
+    }
+    assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
+    let want = format!("ratelimit {} (revision ", env!("CARGO_PKG_VERSION"));
+    assert!(
+        out.starts_with(&want) && out.trim_end().ends_with(')'),
+        "{out:?}"
+    );
+    assert!(!out.contains("revision )"), "a revision is named: {out:?}");
+}

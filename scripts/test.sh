@@ -120,4 +120,10 @@ python3 scripts/check_links.py
 # (npm: the chart checks fetch helm with it.)
 install_packages npm -- npm
 integration/packaging/check.sh
+
+# The container image: built from the Dockerfile with no registry (a base
+# made from Debian's packages, the release binaries built here) and run as
+# the chart runs it. Needs a container runtime from Debian's packages.
+install_packages podman buildah mmdebstrap runc -- podman buildah mmdebstrap runc
+scripts/image.sh
 echo "disk: target/ holds $(du -sh target 2>/dev/null | cut -f1), $(df -Ph . | awk 'NR == 2 {print $4}') free after the tests" >&2

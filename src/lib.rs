@@ -42,6 +42,16 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+/// This build's version and the source revision it was built from
+/// (`RATELIMIT_REVISION` at build time, else the checkout's commit):
+/// what `ratelimit --version` prints.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (revision ",
+    env!("RATELIMIT_REVISION"),
+    ")"
+);
+
 pub mod app;
 pub mod audit;
 pub mod cli;

@@ -1,5 +1,5 @@
 //! `ratelimit`: the service, configured by environment variables alone, as
-//! the original.
+//! the original; `ratelimit --version` prints the version and revision.
 
 use ratelimit::app::{self, ShutdownTimings, Signal};
 use ratelimit::settings::{Env, Settings};
@@ -20,6 +20,15 @@ fn release_memory() {
 }
 
 fn main() -> ExitCode {
+    // The original takes no arguments and ignores any; `--version` only
+    // prints what this build is.
+    if std::env::args()
+        .nth(1)
+        .is_some_and(|a| a == "--version" || a == "-version")
+    {
+        println!("ratelimit {}", ratelimit::VERSION);
+        return ExitCode::SUCCESS;
+    }
     ratelimit::service::release::register(release_memory);
     let settings = match Settings::from_source(&Env) {
         Ok(s) => s,
