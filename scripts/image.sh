@@ -170,16 +170,10 @@ grpc_counts_down rl-image-memory 8081 image grpc a 2 memory
 ok "ShouldRateLimit over gRPC counts a rule of 2 down to OVER_LIMIT"
 
 # A config change in the mounted directory reloads.
-cat >"$work/runtime/ratelimit/config/image.yaml.new" <<'EOF'
-domain: image
-descriptors:
-  - key: json
-    rate_limit: {unit: hour, requests_per_unit: 3}
-  - key: grpc
-    rate_limit: {unit: hour, requests_per_unit: 2}
-  - key: reloaded
-    rate_limit: {unit: hour, requests_per_unit: 1}
-EOF
+{
+    cat "$work/runtime/ratelimit/config/image.yaml"
+    printf '  - key: reloaded\n    rate_limit: {unit: hour, requests_per_unit: 1}\n'
+} >"$work/runtime/ratelimit/config/image.yaml.new"
 chmod a+r "$work/runtime/ratelimit/config/image.yaml.new"
 mv "$work/runtime/ratelimit/config/image.yaml.new" "$work/runtime/ratelimit/config/image.yaml"
 reloaded=""
