@@ -70,14 +70,11 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         let metrics = ratelimit::metrics::install(app::metrics_options(&settings)?)
             .map_err(|e| app::AppError::Unsupported(e.to_string()))?;
-        // The Prometheus port opens first, as in the original.
-        let prometheus = app::serve_prometheus(&settings, &metrics).await?;
         let timings = ShutdownTimings {
             drain: settings.shutdown.drain,
             deadline: settings.shutdown.timeout,
         };
         let result = app::run(settings, timings, metrics.clone(), None, signal()).await;
-        drop(prometheus);
         metrics.flush_and_stop().await;
         result
     });

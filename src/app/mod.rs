@@ -122,15 +122,14 @@ pub struct BoundAddrs {
 
 /// The Prometheus listener (`USE_PROMETHEUS`); it stops when dropped.
 #[derive(Debug)]
-pub struct PrometheusListener {
+struct PrometheusListener {
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
 /// Opens the Prometheus port (`PROMETHEUS_ADDR`, `PROMETHEUS_PATH`) when
 /// `USE_PROMETHEUS` asks for it, serving `metrics` until the returned
-/// listener is dropped. The original opens it before any other port, so
-/// the caller does too.
-pub async fn serve_prometheus(
+/// listener is dropped.
+async fn serve_prometheus(
     settings: &Settings,
     metrics: &MetricsHandle,
 ) -> Result<Option<PrometheusListener>, AppError> {
@@ -160,7 +159,8 @@ pub async fn serve_prometheus(
 
 /// Runs the service until `shutdown` resolves, recording into the installed
 /// `metrics`; `ready` receives the bound addresses once every listener is
-/// open.
+/// open. The Prometheus port (`USE_PROMETHEUS`) opens first, before the
+/// store is reached, as in the original, and closes when this returns.
 pub async fn run(
     settings: Settings,
     timings: ShutdownTimings,
@@ -168,6 +168,7 @@ pub async fn run(
     ready: Option<tokio::sync::oneshot::Sender<BoundAddrs>>,
     shutdown: impl Future<Output = Signal>,
 ) -> Result<(), AppError> {
+    let _prometheus = serve_prometheus(&settings, &metrics).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let health = Health::new(
