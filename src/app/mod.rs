@@ -266,7 +266,7 @@ pub async fn run(
         },
         instance: instance_name(),
     });
-    let _quota_sync = AbortOnDrop(quotas.spawn_sync());
+    let _quota_sync = resilience::AbortOnDrop(quotas.spawn_sync());
     let quota = QuotaService::new(quotas, stopping_rx);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|&s| s).await;
@@ -786,15 +786,6 @@ fn instance_name() -> String {
         .as_nanos();
     let host = std::env::var("HOSTNAME").unwrap_or_default();
     format!("{host}/{}/{started:x}", std::process::id())
-}
-
-/// Stops a background task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 fn local_addr(l: &TcpListener) -> SocketAddr {

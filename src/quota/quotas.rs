@@ -220,13 +220,19 @@ impl Quotas {
                 }
             }
         }
+        self.run(steps, Some(stream)).await
+    }
+
+    /// Runs `steps` on the boards and pushes every moved line but
+    /// `except`'s.
+    async fn run(&self, steps: Vec<BoardStep>, except: Option<&mpsc::Sender<Push>>) -> BoardReply {
         let work = BoardWork {
             instance: Arc::clone(&self.0.instance),
             ttl: self.0.options.ttl,
             steps,
         };
         let reply = self.0.store.share(&work, None).await;
-        self.push(&work.steps, &reply, Some(stream));
+        self.push(&work.steps, &reply, except);
         reply
     }
 
@@ -245,16 +251,9 @@ impl Quotas {
                 op: BoardOp::Sync,
             })
             .collect();
-        if steps.is_empty() {
-            return;
+        if !steps.is_empty() {
+            self.run(steps, None).await;
         }
-        let work = BoardWork {
-            instance: Arc::clone(&self.0.instance),
-            ttl: self.0.options.ttl,
-            steps,
-        };
-        let reply = self.0.store.share(&work, None).await;
-        self.push(&work.steps, &reply, None);
     }
 
     /// Syncs every [`QuotaOptions::sync`] until the task is aborted.

@@ -109,7 +109,7 @@ pub struct Wrapped {
 
 /// Stops a background task when dropped.
 #[derive(Debug)]
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
