@@ -7,11 +7,9 @@
 use std::sync::Arc;
 
 use super::plan::{Plan, PlanOptions};
-use super::types::RateLimitRequest;
 use crate::audit::{verdict, Audit, LimitFacts, Row};
 use crate::config::{ConfiguredLimit, RateLimitRule};
 use crate::limiter::{Limiter, SlidingLog};
-use crate::store::key::reference_key;
 use crate::store::{Item, Limit, ReferenceStep, Reply, Work};
 
 /// One audited limit of a request's store work.
@@ -79,15 +77,12 @@ fn configured(l: &ConfiguredLimit) -> Option<(Limiter, LimitFacts)> {
 pub(super) fn add_references(
     audit: &Audit,
     options: &PlanOptions<'_>,
-    request: &RateLimitRequest,
     plan: &mut Plan,
 ) -> Vec<Audited> {
     let Plan { work, descriptors } = plan;
     let mut audited = Vec::new();
     for d in descriptors.iter() {
         let rule = &d.limit.rule;
-        let entries = &request.descriptors[d.index].entries;
-        let pattern = d.limit.share_threshold_key_pattern.as_deref();
         for (n, subject) in d.items.clone().enumerate() {
             let item = &work.items[subject];
             let counter = matches!(item.limit, Limit::Counter(_));
@@ -106,7 +101,7 @@ pub(super) fn add_references(
             let Some((contract, suffix, facts)) = found else {
                 continue;
             };
-            let key = reference_key(options.prefix, &request.domain, entries, pattern, &suffix);
+            let key = d.key.reference(options.prefix, &suffix);
             let usable = match options.placement.reference_step(&item.key, &key) {
                 ReferenceStep::Same => true,
                 ReferenceStep::Separate => !counter,

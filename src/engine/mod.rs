@@ -16,6 +16,7 @@ pub mod aggregate;
 mod audited;
 pub mod dynamic_metadata;
 pub mod headers;
+mod hot_keys;
 pub mod local_cache;
 mod plan;
 mod status;
@@ -26,7 +27,6 @@ use std::time::Duration;
 
 use crate::config::LiveConfig;
 use crate::config::{FailureMode, FailurePolicy, Lookup, MatchedLimit};
-use crate::hotkeys::top::KeyInfo;
 use crate::hotkeys::TopKeys;
 use crate::limiter::Clock;
 use crate::metrics::Stats;
@@ -235,71 +235,6 @@ impl Engine {
         self.top_keys.as_ref()
     }
 
-    /// Counts a decision of descriptor `d` matched to `m` in the top keys.
-    fn count_key(
-        &self,
-        top: &TopKeys,
-        domain: &str,
-        d: &types::RequestDescriptor,
-        m: &MatchedLimit,
-        at: Duration,
-    ) {
-        let pattern = m.share_threshold_key_pattern.as_deref();
-        let value_of = |i: usize| -> &str {
-            match pattern.and_then(|p| p.get(i)).filter(|p| !p.is_empty()) {
-                Some(p) => p.as_str(),
-                None => d.entries[i].value.as_str(),
-            }
-        };
-        let parts = std::iter::once(domain)
-            .chain((0..d.entries.len()).flat_map(|i| [d.entries[i].key.as_str(), value_of(i)]));
-        let hash = top.hash_of(parts);
-        top.record(hash, at, || {
-            let rule = &m.rule;
-            let prefix = &self.options.cache_key_prefix;
-            let mut lease_keys = Vec::new();
-            for l in rule.limits.iter().filter(|l| l.hot.lease) {
-                match u8::try_from(l.sub_buckets.len()) {
-                    Ok(k @ 2..) => lease_keys.extend((0..k).map(|i| {
-                        crate::store::key::sub_bucket_key(
-                            prefix,
-                            domain,
-                            &d.entries,
-                            pattern,
-                            &l.key_suffix,
-                            i,
-                            k,
-                        )
-                    })),
-                    _ => lease_keys.push(crate::store::key::algorithm_key(
-                        prefix,
-                        domain,
-                        &d.entries,
-                        pattern,
-                        &l.key_suffix,
-                    )),
-                }
-            }
-            KeyInfo {
-                domain: domain.to_string(),
-                entries: d
-                    .entries
-                    .iter()
-                    .enumerate()
-                    .map(|(i, e)| (e.key.clone(), value_of(i).to_string()))
-                    .collect(),
-                shards: rule
-                    .limits
-                    .iter()
-                    .map(|l| u8::try_from(l.sub_buckets.len()).unwrap_or(64).max(1))
-                    .max()
-                    .unwrap_or(1),
-                lease: rule.limits.iter().any(|l| l.hot.lease),
-                lease_keys,
-            }
-        });
-    }
-
     /// The live configuration handle.
     pub fn config(&self) -> &LiveConfig {
         &self.config
@@ -357,10 +292,8 @@ impl Engine {
         // One reading of the clock per request: the hot-key counts and the
         // original's windows take it.
         let at = self.clock.now();
-        let mut matched = self.lookup(&config, request, at).await?;
-        let statuses = self
-            .limit(request, &mut matched, at.as_secs(), deadline)
-            .await?;
+        let mut matched = self.lookup(&config, request).await?;
+        let statuses = self.limit(request, &mut matched, at, deadline).await?;
         Ok(self.respond(request, &matched, statuses))
     }
 
@@ -394,7 +327,6 @@ impl Engine {
         &self,
         config: &crate::config::Config,
         request: &RateLimitRequest,
-        at: Duration,
     ) -> Result<Matched, ServiceError> {
         let mut limits = Vec::with_capacity(request.descriptors.len());
         for (index, d) in request.descriptors.iter().enumerate() {
@@ -409,12 +341,7 @@ impl Engine {
                     reason: e.to_string(),
                 })?;
             limits.push(match found {
-                Lookup::Limit(m) => {
-                    if let Some(top) = &self.top_keys {
-                        self.count_key(top, &request.domain, d, &m, at);
-                    }
-                    Some(m)
-                }
+                Lookup::Limit(m) => Some(m),
                 Lookup::NoLimit => None,
                 Lookup::DomainNotFound => {
                     self.stats.domain_not_found(&request.domain);
@@ -456,9 +383,10 @@ impl Engine {
         &self,
         request: &RateLimitRequest,
         matched: &mut Matched,
-        now: u64,
+        at: Duration,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Vec<DescriptorStatus>, ServiceError> {
+        let now = at.as_secs();
         let options = plan::PlanOptions {
             prefix: &self.options.cache_key_prefix,
             shadow_mode: self.options.shadow_mode,
@@ -487,6 +415,7 @@ impl Engine {
                     .as_ref()
                     .is_some_and(|c| c.is_over_limit(key, now))
             };
+            let planned = plan.descriptors.len();
             plan.add(
                 request,
                 index,
@@ -497,11 +426,14 @@ impl Engine {
                 &options,
                 cached_over,
             );
+            if let (Some(top), Some(added)) = (&self.top_keys, plan.descriptors.get(planned)) {
+                hot_keys::count(top, request, added, &plan.work.items, options.prefix, at);
+            }
         }
         plan.settle(&options);
         let subjects = plan.work.len();
         let audited = match &self.audit {
-            Some(audit) => audited::add_references(audit, &options, request, &mut plan),
+            Some(audit) => audited::add_references(audit, &options, &mut plan),
             None => Vec::new(),
         };
         let reply = if plan.work.is_empty() {

@@ -22,7 +22,7 @@ use crate::config::MatchedLimit;
 use crate::limiter::fixed_window::Window;
 use crate::limiter::Calendar;
 use crate::metrics::RuleStats;
-use crate::store::key::{algorithm_key, calendar_key, fixed_window_key, sub_bucket_key};
+use crate::store::key::DescriptorKey;
 use crate::store::{Item, Limit, OriginalWindow, Placement, Policy, Work};
 
 use super::types::RateLimitRequest;
@@ -42,6 +42,10 @@ pub(crate) struct Planned {
     /// answered it).
     pub(crate) items: Range<usize>,
     pub(crate) shape: Shape,
+    /// Its part of every key (with `share_threshold`'s patterns applied):
+    /// what its items', its audit references' and its hot-key entry's keys
+    /// are made from.
+    pub(crate) key: DescriptorKey,
 }
 
 /// How a descriptor is counted, and so how its answers read.
@@ -144,19 +148,16 @@ impl Plan {
     ) {
         let entries = &request.descriptors[index].entries;
         let give_back = request.descriptors[index].is_negative_hits;
-        let pattern = limit.share_threshold_key_pattern.as_deref();
+        let descriptor = DescriptorKey::new(
+            &request.domain,
+            entries,
+            limit.share_threshold_key_pattern.as_deref(),
+        );
         // The counter of a calendar's period: on a key that names the
         // period, expiring when it ends.
         let period_counter = |calendar: &Calendar, limit: u64| {
             let window = calendar.window_at(now_secs);
-            let key = calendar_key(
-                options.prefix,
-                &request.domain,
-                entries,
-                pattern,
-                calendar.unit(),
-                window.start,
-            );
+            let key = descriptor.calendar(options.prefix, calendar.unit(), window.start);
             let counter = OriginalWindow {
                 limit,
                 window,
@@ -178,13 +179,7 @@ impl Plan {
                         return;
                     };
                     let window = Window::containing(now_secs, unit_seconds);
-                    let key = fixed_window_key(
-                        options.prefix,
-                        &request.domain,
-                        entries,
-                        pattern,
-                        window.start,
-                    );
+                    let key = descriptor.fixed_window(options.prefix, window.start);
                     let original = OriginalWindow {
                         limit: requests,
                         window,
@@ -248,25 +243,11 @@ impl Plan {
                     Ok(k @ 2..) => {
                         // < k ≤ 64.
                         let i = u8::try_from(pick % u32::from(k)).unwrap_or(0);
-                        let key = sub_bucket_key(
-                            options.prefix,
-                            &request.domain,
-                            entries,
-                            pattern,
-                            &l.key_suffix,
-                            i,
-                            k,
-                        );
+                        let key = descriptor.sub_bucket(options.prefix, &l.key_suffix, i, k);
                         (key, l.sub_buckets[usize::from(i)])
                     }
                     _ => (
-                        algorithm_key(
-                            options.prefix,
-                            &request.domain,
-                            entries,
-                            pattern,
-                            &l.key_suffix,
-                        ),
+                        descriptor.algorithm(options.prefix, &l.key_suffix),
                         l.limiter,
                     ),
                 };
@@ -293,6 +274,7 @@ impl Plan {
             give_back,
             items: first..self.work.items.len(),
             shape,
+            key: descriptor,
         });
     }
 

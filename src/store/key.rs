@@ -11,9 +11,128 @@
 use crate::config::Entry;
 use crate::limiter::CalendarUnit;
 
-/// The key of the window that starts at `window_start` (unix seconds,
-/// a multiple of the window length). `pattern`, from `share_threshold`, gives
-/// per entry a pattern that replaces the value, or "" to keep the value.
+/// One descriptor's part of every key it has (`domain · "_" · Σ (key ·
+/// "_" · (pattern or value) · "_")`), built once per descriptor of a
+/// request: every key of the descriptor's limits, windows, sub-buckets and
+/// audit references is this text with a prefix and a suffix, so building it
+/// once is the only walk over the request's entries.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DescriptorKey {
+    descriptor: String,
+}
+
+impl DescriptorKey {
+    /// The descriptor part of `entries` in `domain`. `pattern`, from
+    /// `share_threshold`, gives per entry a pattern that replaces the
+    /// value, or "" to keep the value.
+    pub fn new(domain: &str, entries: &[Entry], pattern: Option<&[String]>) -> DescriptorKey {
+        let mut descriptor = String::with_capacity(
+            domain.len()
+                + 1
+                + entries
+                    .iter()
+                    .map(|e| e.key.len() + e.value.len() + 2)
+                    .sum::<usize>(),
+        );
+        descriptor.push_str(domain);
+        descriptor.push('_');
+        for (i, e) in entries.iter().enumerate() {
+            descriptor.push_str(&e.key);
+            descriptor.push('_');
+            match pattern.and_then(|p| p.get(i)).filter(|p| !p.is_empty()) {
+                Some(p) => descriptor.push_str(p),
+                None => descriptor.push_str(&e.value),
+            }
+            descriptor.push('_');
+        }
+        DescriptorKey { descriptor }
+    }
+
+    /// The descriptor part itself: two descriptors with the same text share
+    /// every counter (the original's joining), so they are one key.
+    pub fn as_str(&self) -> &str {
+        &self.descriptor
+    }
+
+    /// `before · descriptor · after`, allocated once.
+    fn joined(&self, before: &[&str], after: &[&str]) -> String {
+        let len =
+            self.descriptor.len() + before.iter().chain(after).map(|p| p.len()).sum::<usize>();
+        let mut key = String::with_capacity(len);
+        before.iter().for_each(|p| key.push_str(p));
+        key.push_str(&self.descriptor);
+        after.iter().for_each(|p| key.push_str(p));
+        key
+    }
+
+    /// The key of the original's window that starts at `window_start` (unix
+    /// seconds, a multiple of the window length): `prefix · descriptor ·
+    /// window_start`, byte-identical to the original's.
+    pub fn fixed_window(&self, prefix: &str, window_start: u64) -> String {
+        self.joined(&[prefix], &[&window_start.to_string()])
+    }
+
+    /// The key of one opt-in limit of the descriptor:
+    /// `prefix · "rl2:{" · descriptor · "}:" · suffix`, where `suffix`
+    /// (`<algorithm>:<window>s`) tells the descriptor's limits apart.
+    /// Versioned (`rl2`) so that it never meets a fixed-window counter of
+    /// the original, and hash-tagged (`{…}`) so that every limit of one
+    /// descriptor is on one Redis Cluster slot: the tag is the text between
+    /// the first `{` and the next `}`, which the descriptor's keys share
+    /// whatever the prefix, domain or values contain, since they agree up to
+    /// the `}` written here.
+    pub fn algorithm(&self, prefix: &str, suffix: &str) -> String {
+        self.joined(&[prefix, "rl2:{"], &["}:", suffix])
+    }
+
+    /// The key of one calendar period's counter: [`DescriptorKey::algorithm`]
+    /// with the suffix `cal:<unit>:<period start>`, e.g.
+    /// `rl2:{d_k_v_}:cal:month:1764547200`. It names its period, as the
+    /// original's key names its window, and never meets one of the
+    /// original's keys (`rl2:`), so a calendar rule and an epoch-aligned rule
+    /// of the same unit keep separate counts.
+    pub fn calendar(&self, prefix: &str, unit: CalendarUnit, period_start: u64) -> String {
+        self.algorithm(prefix, &format!("cal:{unit}:{period_start}"))
+    }
+
+    /// The key of the decision audit's reference of one limit:
+    /// [`DescriptorKey::algorithm`] with the suffix `audit:<suffix>`, one per
+    /// descriptor and limit whatever its window or sub-bucket, so that it
+    /// sees every request of the logical limit. It keeps `rl2:{`, so it
+    /// shares the limit's hash tag whatever the prefix holds: on Redis
+    /// Cluster it sits on the slot of the limit's own key (and, without a `{`
+    /// in the prefix, of sub-bucket 0 of a sharded one).
+    pub fn reference(&self, prefix: &str, suffix: &str) -> String {
+        self.algorithm(prefix, &format!("audit:{suffix}"))
+    }
+
+    /// The key of sub-bucket `i` of `k` of one opt-in limit (`shards: k`):
+    /// `prefix · "rl2s:{" · tag · "}:" · descriptor · ":" · suffix · ":" · i ·
+    /// "/" · k`. The hash tag is chosen so that the sub-buckets of one
+    /// descriptor sit on `k` slots spaced `16384 / k` apart (rounded down),
+    /// starting from the slot of the descriptor itself: Redis Cluster
+    /// primaries own contiguous slot ranges, so the sub-buckets spread over
+    /// the primaries by construction. (A `prefix` that itself holds a `{…}`
+    /// fixes the slot and defeats the spread.) Sub-buckets of one
+    /// descriptor's limits with the same `k` and `i` share a slot, so they
+    /// are still decided in one script.
+    pub fn sub_bucket(&self, prefix: &str, suffix: &str, i: u8, k: u8) -> String {
+        let slot = sub_bucket_slot(fred::util::redis_keyslot(self.descriptor.as_bytes()), i, k);
+        let tail = format!(":{suffix}:{i}/{k}");
+        self.joined(&[prefix, "rl2s:{", slot_tag(slot), "}:"], &[&tail])
+    }
+
+    /// The key of an RLQS demand board (see [`crate::store::board`]), one
+    /// per quota: `prefix · "rlqs:{" · descriptor · "}"`, a hash of the lines
+    /// of every Envoy bucket that draws from it. Its own namespace
+    /// (`rlqs:`), so it never meets a counter; hash-tagged, so one board is
+    /// one Redis Cluster slot.
+    pub fn board(&self, prefix: &str) -> String {
+        self.joined(&[prefix, "rlqs:{"], &["}"])
+    }
+}
+
+/// [`DescriptorKey::fixed_window`] of one descriptor.
 pub fn fixed_window_key(
     prefix: &str,
     domain: &str,
@@ -21,22 +140,10 @@ pub fn fixed_window_key(
     pattern: Option<&[String]>,
     window_start: u64,
 ) -> String {
-    let mut key = with_capacity(prefix, domain, entries, 24);
-    key.push_str(prefix);
-    push_descriptor(&mut key, domain, entries, pattern);
-    key.push_str(&window_start.to_string());
-    key
+    DescriptorKey::new(domain, entries, pattern).fixed_window(prefix, window_start)
 }
 
-/// The key of one opt-in limit of a descriptor:
-/// `prefix · "rl2:{" · <the original's descriptor part> · "}:" · suffix`,
-/// where `suffix` (`<algorithm>:<window>s`) tells the descriptor's limits
-/// apart. Versioned (`rl2`) so that it never meets a fixed-window counter of
-/// the original, and hash-tagged (`{…}`) so that every limit of one
-/// descriptor is on one Redis Cluster slot: the tag is the text between the
-/// first `{` and the next `}`, which the descriptor's keys share whatever
-/// the prefix, domain or values contain, since they agree up to the `}`
-/// written here.
+/// [`DescriptorKey::algorithm`] of one descriptor.
 pub fn algorithm_key(
     prefix: &str,
     domain: &str,
@@ -44,35 +151,15 @@ pub fn algorithm_key(
     pattern: Option<&[String]>,
     suffix: &str,
 ) -> String {
-    let mut key = with_capacity(prefix, domain, entries, 8 + suffix.len());
-    key.push_str(prefix);
-    key.push_str("rl2:{");
-    push_descriptor(&mut key, domain, entries, pattern);
-    key.push_str("}:");
-    key.push_str(suffix);
-    key
+    DescriptorKey::new(domain, entries, pattern).algorithm(prefix, suffix)
 }
 
-/// The key of an RLQS demand board (see [`crate::store::board`]), one per
-/// quota: `prefix · "rlqs:{" · <the original's descriptor part> · "}"`, a
-/// hash of the lines of every Envoy bucket that draws from it. Its own
-/// namespace (`rlqs:`), so it never meets a counter; hash-tagged, so one
-/// board is one Redis Cluster slot.
+/// [`DescriptorKey::board`] of one quota's descriptor.
 pub fn board_key(prefix: &str, domain: &str, entries: &[Entry]) -> String {
-    let mut key = with_capacity(prefix, domain, entries, 8);
-    key.push_str(prefix);
-    key.push_str("rlqs:{");
-    push_descriptor(&mut key, domain, entries, None);
-    key.push('}');
-    key
+    DescriptorKey::new(domain, entries, None).board(prefix)
 }
 
-/// The key of one calendar period's counter of a descriptor:
-/// [`algorithm_key`] with the suffix `cal:<unit>:<period start>`, e.g.
-/// `rl2:{d_k_v_}:cal:month:1764547200`. It names its period, as the
-/// original's key names its window, and never meets one of the original's
-/// keys (`rl2:`), so a calendar rule and an epoch-aligned rule of the same
-/// unit keep separate counts.
+/// [`DescriptorKey::calendar`] of one descriptor.
 pub fn calendar_key(
     prefix: &str,
     domain: &str,
@@ -81,22 +168,10 @@ pub fn calendar_key(
     unit: CalendarUnit,
     period_start: u64,
 ) -> String {
-    algorithm_key(
-        prefix,
-        domain,
-        entries,
-        pattern,
-        &format!("cal:{unit}:{period_start}"),
-    )
+    DescriptorKey::new(domain, entries, pattern).calendar(prefix, unit, period_start)
 }
 
-/// The key of the decision audit's reference of one limit of a descriptor:
-/// [`algorithm_key`] with the suffix `audit:<suffix>`, one per descriptor
-/// and limit whatever its window or sub-bucket, so that it sees every
-/// request of the logical limit. It keeps `rl2:{`, so it shares the limit's
-/// hash tag whatever the prefix holds: on Redis Cluster it sits on the slot
-/// of the limit's own key (and, without a `{` in the prefix, of sub-bucket
-/// 0 of a sharded one).
+/// [`DescriptorKey::reference`] of one descriptor.
 pub fn reference_key(
     prefix: &str,
     domain: &str,
@@ -104,19 +179,10 @@ pub fn reference_key(
     pattern: Option<&[String]>,
     suffix: &str,
 ) -> String {
-    algorithm_key(prefix, domain, entries, pattern, &format!("audit:{suffix}"))
+    DescriptorKey::new(domain, entries, pattern).reference(prefix, suffix)
 }
 
-/// The key of sub-bucket `i` of `k` of one opt-in limit (`shards: k`):
-/// `prefix · "rl2s:{" · tag · "}:" · <the original's descriptor part> · ":" ·
-/// suffix · ":" · i · "/" · k`. The hash tag is chosen so that the
-/// sub-buckets of one descriptor sit on `k` slots spaced `16384 / k` apart
-/// (rounded down), starting from the slot of the descriptor itself: Redis
-/// Cluster primaries own contiguous slot ranges, so the sub-buckets spread
-/// over the primaries by construction. (A `prefix` that itself holds a
-/// `{…}` fixes the slot and defeats the spread.) Sub-buckets of one
-/// descriptor's limits with the same `k` and `i` share a slot, so they are
-/// still decided in one script.
+/// [`DescriptorKey::sub_bucket`] of one descriptor.
 pub fn sub_bucket_key(
     prefix: &str,
     domain: &str,
@@ -126,23 +192,7 @@ pub fn sub_bucket_key(
     i: u8,
     k: u8,
 ) -> String {
-    let mut descriptor = with_capacity("", domain, entries, 0);
-    push_descriptor(&mut descriptor, domain, entries, pattern);
-    let slot = sub_bucket_slot(fred::util::redis_keyslot(descriptor.as_bytes()), i, k);
-    let tag = slot_tag(slot);
-    let mut key = String::with_capacity(prefix.len() + descriptor.len() + suffix.len() + 20);
-    key.push_str(prefix);
-    key.push_str("rl2s:{");
-    key.push_str(tag);
-    key.push_str("}:");
-    key.push_str(&descriptor);
-    key.push(':');
-    key.push_str(suffix);
-    key.push(':');
-    key.push_str(&i.to_string());
-    key.push('/');
-    key.push_str(&k.to_string());
-    key
+    DescriptorKey::new(domain, entries, pattern).sub_bucket(prefix, suffix, i, k)
 }
 
 /// Redis Cluster's slot count.
@@ -187,33 +237,6 @@ pub fn slot_tag(slot: u16) -> &'static str {
         tags
     });
     tags.get(usize::from(slot)).map_or("", String::as_str)
-}
-
-fn with_capacity(prefix: &str, domain: &str, entries: &[Entry], extra: usize) -> String {
-    String::with_capacity(
-        prefix.len()
-            + domain.len()
-            + extra
-            + entries
-                .iter()
-                .map(|e| e.key.len() + e.value.len() + 2)
-                .sum::<usize>(),
-    )
-}
-
-/// `domain · "_" · Σ (key · "_" · (pattern or value) · "_")`.
-fn push_descriptor(key: &mut String, domain: &str, entries: &[Entry], pattern: Option<&[String]>) {
-    key.push_str(domain);
-    key.push('_');
-    for (i, e) in entries.iter().enumerate() {
-        key.push_str(&e.key);
-        key.push('_');
-        match pattern.and_then(|p| p.get(i)).filter(|p| !p.is_empty()) {
-            Some(p) => key.push_str(p),
-            None => key.push_str(&e.value),
-        }
-        key.push('_');
-    }
 }
 
 /// The start of the window of `unit_seconds` that contains `now`.

@@ -1,0 +1,72 @@
+//! A request's descriptors counted in the hot-key sketch, from what the plan
+//! built for them: the descriptor's key part (the same text two descriptors
+//! share exactly when they share counters) is the entry's identity, and its
+//! leased items' keys are the keys whose leases `/hotkeys` reads.
+
+use std::time::Duration;
+
+use super::plan::Planned;
+use super::types::RateLimitRequest;
+use crate::hotkeys::top::KeyInfo;
+use crate::hotkeys::TopKeys;
+use crate::store::Item;
+
+/// Counts one decision of `planned` (whose items are `items`). The entry's
+/// description is built only when the key enters the top list.
+pub(super) fn count(
+    top: &TopKeys,
+    request: &RateLimitRequest,
+    planned: &Planned,
+    items: &[Item],
+    prefix: &str,
+    at: Duration,
+) {
+    let hash = top.hash_of([planned.key.as_str()]);
+    top.record(hash, at, || describe(request, planned, items, prefix));
+}
+
+/// What `/hotkeys` shows of a descriptor: its entries as the counters see
+/// them (`share_threshold`'s patterns in place of values), its shards, and
+/// every key a lease of it can be held on: each leased limit's item, and
+/// for a sharded one every sub-bucket (the plan picked one of them).
+fn describe(
+    request: &RateLimitRequest,
+    planned: &Planned,
+    items: &[Item],
+    prefix: &str,
+) -> KeyInfo {
+    let rule = &planned.limit.rule;
+    let pattern = planned.limit.share_threshold_key_pattern.as_deref();
+    let entries = &request.descriptors[planned.index].entries;
+    let mut lease_keys = Vec::new();
+    for (n, l) in rule.limits.iter().enumerate().filter(|(_, l)| l.hot.lease) {
+        match u8::try_from(l.sub_buckets.len()) {
+            Ok(k @ 2..) => lease_keys
+                .extend((0..k).map(|i| planned.key.sub_bucket(prefix, &l.key_suffix, i, k))),
+            // The rule's limits are its items, in order.
+            _ => lease_keys.extend(items.get(planned.items.start + n).map(|i| i.key.clone())),
+        }
+    }
+    KeyInfo {
+        domain: request.domain.clone(),
+        entries: entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let shown = match pattern.and_then(|p| p.get(i)).filter(|p| !p.is_empty()) {
+                    Some(p) => p,
+                    None => &e.value,
+                };
+                (e.key.clone(), shown.clone())
+            })
+            .collect(),
+        shards: rule
+            .limits
+            .iter()
+            .map(|l| u8::try_from(l.sub_buckets.len()).unwrap_or(64).max(1))
+            .max()
+            .unwrap_or(1),
+        lease: rule.limits.iter().any(|l| l.hot.lease),
+        lease_keys,
+    }
+}
