@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ratelimit::limiter::fixed_window::Window;
 use ratelimit::limiter::ManualClock;
-use ratelimit::store::{Item, Limit, MemoryStore, OriginalWindow, Policy, StoreExt};
+use ratelimit::store::{testing::RunItems, Item, Limit, MemoryStore, OriginalWindow, Policy};
 
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
@@ -52,7 +52,7 @@ fn main() {
             ));
             if batch.len() == 1000 {
                 store
-                    .count(&batch, Policy::Commit)
+                    .counts(&batch, Policy::Commit)
                     .await
                     .expect("memory store never fails");
                 batch.clear();
@@ -60,7 +60,7 @@ fn main() {
         }
         if !batch.is_empty() {
             store
-                .count(&batch, Policy::Commit)
+                .counts(&batch, Policy::Commit)
                 .await
                 .expect("memory store never fails");
         }

@@ -27,7 +27,7 @@ use ratelimit::limiter::{AlgorithmName, Clock, Limiter, SystemClock};
 use ratelimit::store::key::algorithm_key;
 use ratelimit::store::redis::url::{Credentials, Target};
 use ratelimit::store::redis::{connect, RedisOptions, StartupRetry};
-use ratelimit::store::{Item, Limit, OriginalWindow, Policy, Store, StoreExt};
+use ratelimit::store::{testing::RunItems, Item, Limit, OriginalWindow, Policy, Store};
 use support::redis::{redis_cli_within, RedisServer};
 
 /// Sums `MEMORY USAGE` and `PTTL` over the keys matching `ARGV[1]`.
@@ -121,7 +121,7 @@ fn main() {
                         Item::new(&key, Limit::Counter(window), 1)
                     })
                     .collect();
-                store.count(&batch, Policy::Commit).await.expect("count");
+                store.counts(&batch, Policy::Commit).await.expect("count");
             }
         });
         let grown = used_memory().saturating_sub(before);
@@ -169,7 +169,7 @@ fn main() {
                         node: None,
                     })
                     .collect();
-                let reply = store.check(&batch).await.expect("check");
+                let reply = store.run(&batch, Policy::Commit).await.expect("check");
                 assert!(reply.committed);
             }
         });
@@ -237,7 +237,13 @@ fn main() {
                 lease: false,
                 node: None,
             };
-            assert!(store.check(&[check]).await.expect("check").committed);
+            assert!(
+                store
+                    .run(&[check], Policy::Commit)
+                    .await
+                    .expect("check")
+                    .committed
+            );
         }
     });
     let out = measure(&server, "rl2:{api_login_*");

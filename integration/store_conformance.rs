@@ -13,7 +13,9 @@ use ratelimit::limiter::{Clock, SystemClock};
 use ratelimit::resilience::{self, BreakerOptions, ResilienceOptions};
 use ratelimit::store::redis::url::{Credentials, Target};
 use ratelimit::store::redis::{connect, RedisOptions, RedisStore, StartupRetry};
-use ratelimit::store::{Item, Limit, MemoryStore, OriginalWindow, Policy, Store, StoreExt};
+use ratelimit::store::{
+    testing::RunItems, Item, Limit, MemoryStore, OriginalWindow, Policy, Store,
+};
 use ratelimit::workers::Workers;
 use support::redis::{RedisCluster, RedisSentinel, RedisServer};
 
@@ -95,14 +97,14 @@ async fn wrapped_redis_store(target: Target) -> Arc<dyn Store> {
 async fn counts_per_key(store: Arc<dyn Store>, p: &str) {
     let (a, b) = (format!("{p}a"), format!("{p}b"));
     let batch = [inc(&a, 1, 10), inc(&b, 2, 10)];
-    assert_eq!(store.count(&batch, Policy::Commit).await, Ok(vec![1, 2]));
-    assert_eq!(store.count(&batch, Policy::Commit).await, Ok(vec![2, 4]));
+    assert_eq!(store.counts(&batch, Policy::Commit).await, Ok(vec![1, 2]));
+    assert_eq!(store.counts(&batch, Policy::Commit).await, Ok(vec![2, 4]));
     assert_eq!(
-        store.count(&[inc(&a, 0, 10)], Policy::Commit).await,
+        store.counts(&[inc(&a, 0, 10)], Policy::Commit).await,
         Ok(vec![2])
     );
     assert_eq!(
-        store.count(&[inc(&a, 0, 10)], Policy::Commit).await,
+        store.counts(&[inc(&a, 0, 10)], Policy::Commit).await,
         Ok(vec![2])
     );
 }
@@ -112,13 +114,13 @@ async fn counts_per_key(store: Arc<dyn Store>, p: &str) {
 async fn stop_increment_when_over_limit(store: Arc<dyn Store>, p: &str) {
     let (a, b) = (format!("{p}a"), format!("{p}b"));
     let seed = [inc(&a, 10, 15), inc(&b, 10, 14)];
-    store.count(&seed, Policy::Commit).await.expect("seed");
+    store.counts(&seed, Policy::Commit).await.expect("seed");
     let policy = Policy::CommitStopping;
     let one = [inc(&a, 1, 15), inc(&b, 1, 14)];
-    assert_eq!(store.count(&one, policy).await, Ok(vec![11, 11]));
+    assert_eq!(store.counts(&one, policy).await, Ok(vec![11, 11]));
     let two = [inc(&a, 2, 15), inc(&b, 2, 14)];
-    assert_eq!(store.count(&two, policy).await, Ok(vec![13, 13]));
-    assert_eq!(store.count(&two, policy).await, Ok(vec![13, 15]));
+    assert_eq!(store.counts(&two, policy).await, Ok(vec![13, 13]));
+    assert_eq!(store.counts(&two, policy).await, Ok(vec![13, 15]));
 }
 
 /// Keys of one request on many nodes come back in request order.
@@ -127,7 +129,7 @@ async fn many_keys_keep_their_order(store: Arc<dyn Store>, p: &str) {
         .map(|i| inc(&format!("{p}k{i}"), i + 1, 1000))
         .collect();
     let want: Vec<u64> = (0..50u64).map(|i| i + 1).collect();
-    assert_eq!(store.count(&batch, Policy::Commit).await, Ok(want));
+    assert_eq!(store.counts(&batch, Policy::Commit).await, Ok(want));
 }
 
 /// Concurrent callers' counters coalesced into one call each get their
@@ -142,7 +144,7 @@ async fn concurrent_callers_get_their_own_counts(store: Arc<dyn Store>, p: &str)
             tokio::spawn(async move {
                 for j in 1..=20u64 {
                     let batch = [inc(&a, hits, u64::MAX), inc(&b, hits, u64::MAX)];
-                    let got = store.count(&batch, Policy::Commit).await;
+                    let got = store.counts(&batch, Policy::Commit).await;
                     assert_eq!(got, Ok(vec![j * hits, j * hits]), "caller {c}, request {j}");
                 }
             })
@@ -163,7 +165,7 @@ async fn no_lost_updates(store: Arc<dyn Store>, p: &str) {
             tokio::spawn(async move {
                 for _ in 0..50 {
                     store
-                        .count(&[inc(&key, 1, u64::MAX)], Policy::Commit)
+                        .counts(&[inc(&key, 1, u64::MAX)], Policy::Commit)
                         .await
                         .expect("increment");
                 }
@@ -174,7 +176,7 @@ async fn no_lost_updates(store: Arc<dyn Store>, p: &str) {
         t.await.expect("task");
     }
     assert_eq!(
-        store.count(&[inc(&key, 0, 0)], Policy::Commit).await,
+        store.counts(&[inc(&key, 0, 0)], Policy::Commit).await,
         Ok(vec![64 * 50])
     );
 }
@@ -195,7 +197,7 @@ async fn each_algorithm_admits_its_capacity(store: Arc<dyn Store>, p: &str) {
         let mut admitted = 0;
         for _ in 0..8 {
             let reply = store
-                .check(&[check(&key, algorithm, 5, 1)])
+                .run(&[check(&key, algorithm, 5, 1)], Policy::Commit)
                 .await
                 .expect("check");
             let d = reply.results[0].decision;
@@ -215,7 +217,7 @@ async fn each_algorithm_admits_its_capacity(store: Arc<dyn Store>, p: &str) {
         }
         assert_eq!(admitted, 5, "{algorithm}");
         let reply = store
-            .check(&[check(&key, algorithm, 5, 9)])
+            .run(&[check(&key, algorithm, 5, 9)], Policy::Commit)
             .await
             .expect("check");
         assert!(
@@ -226,7 +228,7 @@ async fn each_algorithm_admits_its_capacity(store: Arc<dyn Store>, p: &str) {
             "{algorithm}"
         );
         let reply = store
-            .check(&[check(&key, algorithm, 5, 0)])
+            .run(&[check(&key, algorithm, 5, 0)], Policy::Commit)
             .await
             .expect("check");
         assert!(
@@ -243,15 +245,18 @@ async fn all_or_nothing(store: Arc<dyn Store>, p: &str) {
     let tb = AlgorithmName::TokenBucket;
     let sw = AlgorithmName::SlidingLog;
     let batch = [check(&a, tb, 100, 1), check(&b, sw, 1, 1)];
-    let first = store.check(&batch).await.expect("check");
+    let first = store.run(&batch, Policy::Commit).await.expect("check");
     assert!(first.committed);
     for _ in 0..5 {
-        let reply = store.check(&batch).await.expect("check");
+        let reply = store.run(&batch, Policy::Commit).await.expect("check");
         assert!(!reply.committed);
         assert!(reply.results[0].decision.is_allowed());
         assert!(!reply.results[1].decision.is_allowed());
     }
-    let left = store.check(&[check(&a, tb, 100, 0)]).await.expect("check");
+    let left = store
+        .run(&[check(&a, tb, 100, 0)], Policy::Commit)
+        .await
+        .expect("check");
     assert_eq!(
         left.results[0].decision.remaining(),
         99,
@@ -261,15 +266,18 @@ async fn all_or_nothing(store: Arc<dyn Store>, p: &str) {
     let mut shadow = check(&b, sw, 1, 1);
     shadow.binding = false;
     let reply = store
-        .check(&[check(&a, tb, 100, 1), shadow])
+        .run(&[check(&a, tb, 100, 1), shadow], Policy::Commit)
         .await
         .expect("check");
     assert!(reply.committed);
-    let left = store.check(&[check(&a, tb, 100, 0)]).await.expect("check");
+    let left = store
+        .run(&[check(&a, tb, 100, 0)], Policy::Commit)
+        .await
+        .expect("check");
     assert_eq!(left.results[0].decision.remaining(), 98);
     // Decide only: nothing taken even when everything passes.
     let reply = store
-        .check_with(&[check(&a, tb, 100, 1)], Policy::Decide)
+        .run(&[check(&a, tb, 100, 1)], Policy::Decide)
         .await
         .expect("check");
     assert!(!reply.committed && reply.results[0].decision.is_allowed());
@@ -278,14 +286,20 @@ async fn all_or_nothing(store: Arc<dyn Store>, p: &str) {
         97,
         "98 left, 1 asked"
     );
-    let left = store.check(&[check(&a, tb, 100, 0)]).await.expect("check");
+    let left = store
+        .run(&[check(&a, tb, 100, 0)], Policy::Commit)
+        .await
+        .expect("check");
     assert_eq!(left.results[0].decision.remaining(), 98, "still 98");
     // Two checks on one key see each other.
     let c = format!("{p}rl2:{{c}}:tb");
     let twice = [check(&c, tb, 5, 3), check(&c, tb, 5, 3)];
-    let reply = store.check(&twice).await.expect("check");
+    let reply = store.run(&twice, Policy::Commit).await.expect("check");
     assert!(!reply.committed && !reply.results[1].decision.is_allowed());
-    let reply = store.check(&[check(&c, tb, 5, 5)]).await.expect("check");
+    let reply = store
+        .run(&[check(&c, tb, 5, 5)], Policy::Commit)
+        .await
+        .expect("check");
     assert!(reply.committed, "the refused pair took nothing");
 }
 
@@ -295,13 +309,19 @@ async fn original_window_shares_the_original_counter(store: Arc<dyn Store>, p: &
     let key = format!("{p}orig");
     let original = |cost| Item::new(key.clone(), Limit::Window(hour_window(3)), cost);
     store
-        .count(&[inc(&key, 1, 3)], Policy::Commit)
+        .counts(&[inc(&key, 1, 3)], Policy::Commit)
         .await
         .expect("seed as the original would");
-    let reply = store.check(&[original(2)]).await.expect("check");
+    let reply = store
+        .run(&[original(2)], Policy::Commit)
+        .await
+        .expect("check");
     assert!(reply.committed);
     assert_eq!(reply.results[0].count, 3);
-    let reply = store.check(&[original(1)]).await.expect("check");
+    let reply = store
+        .run(&[original(1)], Policy::Commit)
+        .await
+        .expect("check");
     assert!(!reply.committed);
     assert_eq!(reply.results[0].count, 3, "a refusal counts nothing");
     let d = reply.results[0].decision;
@@ -309,7 +329,7 @@ async fn original_window_shares_the_original_counter(store: Arc<dyn Store>, p: &
         .retry_after()
         .is_some_and(|r| r > Duration::ZERO && r <= HOUR));
     assert_eq!(
-        store.count(&[inc(&key, 0, 3)], Policy::Commit).await,
+        store.counts(&[inc(&key, 0, 3)], Policy::Commit).await,
         Ok(vec![3])
     );
 }
@@ -322,35 +342,38 @@ async fn mixed_work_counts_the_counters_and_vetoes_the_rest(store: Arc<dyn Store
     let counter_key = format!("{p}mixed_orig");
     let (a, tb) = (format!("{p}rl2:{{mixed}}:tb"), AlgorithmName::TokenBucket);
     let work = [inc(&counter_key, 1, 1), check(&a, tb, 100, 1)];
-    let first = store.check(&work).await.expect("mixed");
+    let first = store.run(&work, Policy::Commit).await.expect("mixed");
     assert!(first.committed);
     assert_eq!(first.results[0].count, 1);
     assert!(first.results[0].decision.is_allowed());
     assert_eq!(first.results[1].decision.remaining(), 99);
-    let second = store.check(&work).await.expect("mixed");
+    let second = store.run(&work, Policy::Commit).await.expect("mixed");
     assert!(!second.committed, "the counter is over its limit");
     assert_eq!(second.results[0].count, 2, "the counter counted anyway");
     assert!(!second.results[0].decision.is_allowed());
-    let left = store.check(&[check(&a, tb, 100, 0)]).await.expect("peek");
+    let left = store
+        .run(&[check(&a, tb, 100, 0)], Policy::Commit)
+        .await
+        .expect("peek");
     assert_eq!(left.results[0].decision.remaining(), 99, "nothing taken");
     // A counter that does not bind (shadow mode, quota) vetoes nothing.
     let mut shadow = inc(&counter_key, 1, 1);
     shadow.binding = false;
     let third = store
-        .check(&[shadow, check(&a, tb, 100, 1)])
+        .run(&[shadow, check(&a, tb, 100, 1)], Policy::Commit)
         .await
         .expect("mixed");
     assert!(third.committed);
     assert_eq!(third.results[0].count, 3);
     // Deciding only still counts the counters, as the original counts
     // every request.
-    let decided = store
-        .check_with(&work, Policy::Decide)
-        .await
-        .expect("decide");
+    let decided = store.run(&work, Policy::Decide).await.expect("decide");
     assert!(!decided.committed);
     assert_eq!(decided.results[0].count, 4);
-    let left = store.check(&[check(&a, tb, 100, 0)]).await.expect("peek");
+    let left = store
+        .run(&[check(&a, tb, 100, 0)], Policy::Commit)
+        .await
+        .expect("peek");
     assert_eq!(left.results[0].decision.remaining(), 98);
 }
 
@@ -367,7 +390,7 @@ async fn no_excess_under_concurrency(store: Arc<dyn Store>, p: &str) {
                     let mut admitted = 0u64;
                     for _ in 0..5 {
                         let reply = store
-                            .check(&[check(&key, algorithm, 100, 1)])
+                            .run(&[check(&key, algorithm, 100, 1)], Policy::Commit)
                             .await
                             .expect("check");
                         admitted += u64::from(reply.committed);
@@ -398,7 +421,10 @@ async fn refused_requests_take_nothing(store: Arc<dyn Store>, p: &str) -> u64 {
     use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
     let (a, b) = (format!("{p}rl2:{{a}}:tb"), format!("{p}rl2:{{b}}:tb"));
     let tb = AlgorithmName::TokenBucket;
-    let used_up = store.check(&[check(&b, tb, 1, 1)]).await.expect("check");
+    let used_up = store
+        .run(&[check(&b, tb, 1, 1)], Policy::Commit)
+        .await
+        .expect("check");
     assert!(used_up.committed);
     let done = Arc::new(AtomicBool::new(false));
     let pairs: Vec<_> = (0..32)
@@ -407,7 +433,10 @@ async fn refused_requests_take_nothing(store: Arc<dyn Store>, p: &str) -> u64 {
             tokio::spawn(async move {
                 while !done.load(SeqCst) {
                     let reply = store
-                        .check(&[check(&a, tb, 100, 1), check(&b, tb, 1, 1)])
+                        .run(
+                            &[check(&a, tb, 100, 1), check(&b, tb, 1, 1)],
+                            Policy::Commit,
+                        )
                         .await
                         .expect("check");
                     assert!(!reply.committed);
@@ -419,7 +448,10 @@ async fn refused_requests_take_nothing(store: Arc<dyn Store>, p: &str) -> u64 {
         .collect();
     let (mut admitted, mut early, mut refused_since_admission) = (0u64, 0u64, 0u64);
     for _ in 0..1_000 {
-        let reply = store.check(&[check(&a, tb, 100, 1)]).await.expect("check");
+        let reply = store
+            .run(&[check(&a, tb, 100, 1)], Policy::Commit)
+            .await
+            .expect("check");
         if reply.committed {
             admitted += 1;
             early += refused_since_admission;
@@ -436,7 +468,10 @@ async fn refused_requests_take_nothing(store: Arc<dyn Store>, p: &str) -> u64 {
     for t in pairs {
         t.await.expect("pair caller");
     }
-    let left = store.check(&[check(&a, tb, 100, 0)]).await.expect("check");
+    let left = store
+        .run(&[check(&a, tb, 100, 0)], Policy::Commit)
+        .await
+        .expect("check");
     let left = left.results[0].decision.remaining();
     assert_eq!(admitted, 100, "the lone caller gets the whole limit");
     assert_eq!(left, 0, "and nothing more");
@@ -459,40 +494,57 @@ async fn give_backs_return_what_counts_now(store: Arc<dyn Store>, p: &str) {
     for (key, limit) in kinds {
         let take = |cost| Item::new(key.clone(), limit, cost);
         let back = |cost| take(cost).giving_back();
-        let admitted = |reply: ratelimit::store::CheckReply| match limit {
+        let admitted = |reply: ratelimit::store::testing::Ran| match limit {
             Limit::Counter(w) => w.admits(reply.results[0].count),
             _ => reply.results[0].decision.is_allowed(),
         };
         let mut n = 0;
         for _ in 0..5 {
-            n += u32::from(admitted(store.check(&[take(1)]).await.expect("take")));
+            n += u32::from(admitted(
+                store.run(&[take(1)], Policy::Commit).await.expect("take"),
+            ));
         }
         assert_eq!(n, 5, "{key}");
-        let reply = store.check(&[back(2)]).await.expect("give back");
+        let reply = store
+            .run(&[back(2)], Policy::Commit)
+            .await
+            .expect("give back");
         assert!(
             reply.results[0].decision.is_allowed(),
             "{key}: a give-back is admitted"
         );
         let mut n = 0;
         for _ in 0..4 {
-            n += u32::from(admitted(store.check(&[take(1)]).await.expect("take")));
+            n += u32::from(admitted(
+                store.run(&[take(1)], Policy::Commit).await.expect("take"),
+            ));
         }
         // (A counter counts its refused hits too, the original's way.)
         assert_eq!(n, 2, "{key}: two came back");
         // Far more than is held: back to nothing, never below.
-        store.check(&[back(100)]).await.expect("give back");
+        store
+            .run(&[back(100)], Policy::Commit)
+            .await
+            .expect("give back");
         let mut n = 0;
         for _ in 0..7 {
-            n += u32::from(admitted(store.check(&[take(1)]).await.expect("take")));
+            n += u32::from(admitted(
+                store.run(&[take(1)], Policy::Commit).await.expect("take"),
+            ));
         }
         assert_eq!(n, 5, "{key}: the limit again, no more");
         // Beside a refused binding item, in one work: given back anyway.
         let refused = check(&format!("{key}-full"), AlgorithmName::TokenBucket, 1, 2);
-        let reply = store.check(&[refused, back(100)]).await.expect("mixed");
+        let reply = store
+            .run(&[refused, back(100)], Policy::Commit)
+            .await
+            .expect("mixed");
         assert!(!reply.committed);
         let mut n = 0;
         for _ in 0..7 {
-            n += u32::from(admitted(store.check(&[take(1)]).await.expect("take")));
+            n += u32::from(admitted(
+                store.run(&[take(1)], Policy::Commit).await.expect("take"),
+            ));
         }
         assert_eq!(n, 5, "{key}: the give-back beside a refusal was applied");
     }
@@ -511,14 +563,14 @@ async fn in_flight_slots_lose_no_update(store: Arc<dyn Store>, p: &str) {
                 let mut taken = 0;
                 for _ in 0..25 {
                     let reply = store
-                        .check(std::slice::from_ref(&item))
+                        .run(std::slice::from_ref(&item), Policy::Commit)
                         .await
                         .expect("take");
                     if reply.committed {
                         taken += 1;
                         tokio::task::yield_now().await;
                         let back = item.clone().giving_back();
-                        store.check(&[back]).await.expect("give back");
+                        store.run(&[back], Policy::Commit).await.expect("give back");
                     }
                 }
                 taken
@@ -531,7 +583,7 @@ async fn in_flight_slots_lose_no_update(store: Arc<dyn Store>, p: &str) {
     }
     assert!(taken >= 8, "slots were taken: {taken}");
     let read = Item::new(key, Limit::Algorithm(limiter), 0);
-    let reply = store.check(&[read]).await.expect("read");
+    let reply = store.run(&[read], Policy::Commit).await.expect("read");
     assert_eq!(
         reply.results[0].decision.remaining(),
         8,
@@ -682,7 +734,7 @@ async fn each_worker_decides_on_its_own_connection() {
                 for n in 0..20 {
                     let key = format!("own{i}_{n}");
                     store
-                        .count(&[inc(&key, 1, 100)], Policy::Commit)
+                        .counts(&[inc(&key, 1, 100)], Policy::Commit)
                         .await
                         .expect("decided");
                 }

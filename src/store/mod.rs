@@ -25,6 +25,7 @@ pub mod key;
 pub mod memcache;
 pub mod memory;
 pub mod redis;
+pub mod testing;
 
 use std::time::Duration;
 
@@ -260,15 +261,6 @@ pub struct Decided {
     /// The store's clock when it decided, since the Unix epoch (what a
     /// [`Policy::Refund`] of this admission names).
     pub at: Duration,
-}
-
-/// The answer for a batch of items, each decided by the store.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckReply {
-    /// One per item, in batch order.
-    pub results: Vec<Decided>,
-    /// Whether the items taken on commit were taken.
-    pub committed: bool,
 }
 
 /// What a rule wants when the store cannot answer for it (`failure_mode`).
@@ -510,46 +502,6 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         (**self).share(work, deadline).await
     }
 }
-
-/// The work as plain calls, over any store or stack; the first failed
-/// item's error is the call's.
-#[async_trait]
-pub trait StoreExt: Store {
-    /// Runs `items` under `policy`: what the store decided for each, and
-    /// whether the work committed.
-    async fn check_with(&self, items: &[Item], policy: Policy) -> Result<CheckReply, StoreError> {
-        let reply = self.execute(&Work::new(items.to_vec(), policy), None).await;
-        let results = reply
-            .answers
-            .into_iter()
-            .map(|a| match a? {
-                Answer::Decided(d) => Ok(d),
-                Answer::ByPolicy(p) => Err(StoreError::new(
-                    StoreErrorKind::Unavailable,
-                    format!("answered by a failure policy: {p:?}"),
-                )),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(CheckReply {
-            results,
-            committed: reply.committed,
-        })
-    }
-
-    /// [`StoreExt::check_with`] under [`Policy::Commit`].
-    async fn check(&self, items: &[Item]) -> Result<CheckReply, StoreError> {
-        self.check_with(items, Policy::Commit).await
-    }
-
-    /// Runs `items` under `policy`: each item's count after (for counters,
-    /// their value).
-    async fn count(&self, items: &[Item], policy: Policy) -> Result<Vec<u64>, StoreError> {
-        let reply = self.check_with(items, policy).await?;
-        Ok(reply.results.into_iter().map(|d| d.count).collect())
-    }
-}
-
-impl<S: Store + ?Sized> StoreExt for S {}
 
 #[cfg(test)]
 mod tests {

@@ -625,7 +625,7 @@ mod tests {
 
     use super::*;
     use crate::limiter::{AlgorithmName, Limiter, ManualClock};
-    use crate::store::{MemoryStore, StoreExt};
+    use crate::store::{testing::RunItems, MemoryStore};
 
     const MS: Duration = Duration::from_millis(1);
 
@@ -716,7 +716,7 @@ mod tests {
 
     async fn admitted(node: &Leases<Counting>, check: &Item) -> bool {
         let reply = node
-            .check(std::slice::from_ref(check))
+            .run(std::slice::from_ref(check), Policy::Commit)
             .await
             .expect("answered");
         reply.committed
@@ -767,7 +767,7 @@ mod tests {
         let calls = f.calls.load(Ordering::Relaxed);
         let back = check.clone().giving_back();
         let reply = f.nodes[0]
-            .check(&[back.clone(), back])
+            .run(&[back.clone(), back], Policy::Commit)
             .await
             .expect("answered");
         assert!(reply.results.iter().all(|r| r.decision.is_allowed()));
@@ -780,7 +780,7 @@ mod tests {
         // Without a lease, the store takes it.
         let other = leased("cold", minute(1_000, AlgorithmName::TokenBucket));
         f.nodes[0]
-            .check(&[other.giving_back()])
+            .run(&[other.giving_back()], Policy::Commit)
             .await
             .expect("answered");
         assert_eq!(f.calls.load(Ordering::Relaxed), calls + 1);
@@ -818,7 +818,7 @@ mod tests {
         // The store has exactly what the 200 admissions took.
         let peek = f
             .store
-            .check_with(
+            .run(
                 &[Item {
                     lease: false,
                     cost: 0,
@@ -861,13 +861,13 @@ mod tests {
         );
         assert!(
             f.nodes[0]
-                .check(std::slice::from_ref(&full))
+                .run(std::slice::from_ref(&full), Policy::Commit)
                 .await
                 .expect("ok")
                 .committed
         );
         let both = f.nodes[0]
-            .check(&[hot.clone(), full.clone()])
+            .run(&[hot.clone(), full.clone()], Policy::Commit)
             .await
             .expect("answered");
         assert!(!both.committed);

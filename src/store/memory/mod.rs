@@ -745,7 +745,7 @@ mod tests {
     use super::*;
     use crate::limiter::fixed_window::Window;
     use crate::limiter::ManualClock;
-    use crate::store::{Item, StoreExt};
+    use crate::store::{testing::RunItems, Item};
 
     fn inc(key: &str, hits: u64, now: u64, unit: u64, limit: u64) -> Item {
         let w = OriginalWindow {
@@ -762,12 +762,12 @@ mod tests {
         let clock = Arc::new(ManualClock::at_secs(1200));
         let store = MemoryStore::new(clock.clone());
         let b = [inc("a", 1, 1200, 60, 10), inc("b", 2, 1200, 60, 10)];
-        assert_eq!(store.count(&b, Policy::Commit).await, Ok(vec![1, 2]));
-        assert_eq!(store.count(&b, Policy::Commit).await, Ok(vec![2, 4]));
+        assert_eq!(store.counts(&b, Policy::Commit).await, Ok(vec![1, 2]));
+        assert_eq!(store.counts(&b, Policy::Commit).await, Ok(vec![2, 4]));
         clock.set(Duration::from_secs(1260));
         // The same key past its window reads as a fresh counter.
         let later = [inc("a", 1, 1260, 60, 10)];
-        assert_eq!(store.count(&later, Policy::Commit).await, Ok(vec![1]));
+        assert_eq!(store.counts(&later, Policy::Commit).await, Ok(vec![1]));
         assert_eq!(store.sweep(), 1);
         assert_eq!(store.len(), 1);
     }
@@ -776,9 +776,9 @@ mod tests {
     async fn zero_hits_reads_without_consuming() {
         let store = MemoryStore::new(Arc::new(ManualClock::at_secs(0)));
         let b = [inc("a", 3, 0, 60, 10)];
-        store.count(&b, Policy::Commit).await.expect("ok");
+        store.counts(&b, Policy::Commit).await.expect("ok");
         let read = [inc("a", 0, 0, 60, 10)];
-        assert_eq!(store.count(&read, Policy::Commit).await, Ok(vec![3]));
+        assert_eq!(store.counts(&read, Policy::Commit).await, Ok(vec![3]));
     }
 
     /// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: only the counter that would
@@ -787,13 +787,13 @@ mod tests {
     async fn stop_increment_when_over_limit() {
         let store = MemoryStore::new(Arc::new(ManualClock::at_secs(0)));
         let seed = [inc("a", 10, 0, 3600, 15), inc("b", 10, 0, 3600, 14)];
-        store.count(&seed, Policy::Commit).await.expect("ok");
+        store.counts(&seed, Policy::Commit).await.expect("ok");
         let p = Policy::CommitStopping;
         let one = [inc("a", 1, 0, 3600, 15), inc("b", 1, 0, 3600, 14)];
-        assert_eq!(store.count(&one, p).await, Ok(vec![11, 11]));
+        assert_eq!(store.counts(&one, p).await, Ok(vec![11, 11]));
         let two = [inc("a", 2, 0, 3600, 15), inc("b", 2, 0, 3600, 14)];
-        assert_eq!(store.count(&two, p).await, Ok(vec![13, 13]));
-        assert_eq!(store.count(&two, p).await, Ok(vec![13, 15]));
+        assert_eq!(store.counts(&two, p).await, Ok(vec![13, 13]));
+        assert_eq!(store.counts(&two, p).await, Ok(vec![13, 15]));
     }
 
     #[test]
@@ -811,7 +811,7 @@ mod tests {
                         for _ in 0..1000 {
                             let b = [inc("hot", 1, 0, 60, u64::MAX)];
                             store
-                                .count(&b, Policy::Commit)
+                                .counts(&b, Policy::Commit)
                                 .await
                                 .expect("memory never fails");
                         }
@@ -822,7 +822,7 @@ mod tests {
                 t.await.expect("task");
             }
             let read = [inc("hot", 0, 0, 60, u64::MAX)];
-            assert_eq!(store.count(&read, Policy::Commit).await, Ok(vec![64_000]));
+            assert_eq!(store.counts(&read, Policy::Commit).await, Ok(vec![64_000]));
         });
     }
 
@@ -833,7 +833,7 @@ mod tests {
         let batch: Vec<_> = (0..10_000)
             .map(|i| inc(&format!("k{i}"), 1, 0, 1, 10))
             .collect();
-        store.count(&batch, Policy::Commit).await.expect("ok");
+        store.counts(&batch, Policy::Commit).await.expect("ok");
         assert_eq!(store.len(), 10_000);
         clock.set(Duration::from_secs(1));
         assert_eq!(store.sweep(), 10_000);
@@ -866,7 +866,7 @@ mod tests {
             .collect();
         for a in &active {
             store
-                .count(std::slice::from_ref(a), Policy::Commit)
+                .counts(std::slice::from_ref(a), Policy::Commit)
                 .await
                 .expect("room");
         }
@@ -875,19 +875,19 @@ mod tests {
         for i in 0..10_000 {
             let key = of_rule(&flood, &format!("flood{i}"), 60);
             store
-                .count(&[key], Policy::Commit)
+                .counts(&[key], Policy::Commit)
                 .await
                 .expect("room, by the flood's own keys");
             // Meanwhile the quiet rule adds keys too, and keeps them.
             if i % 1_000 == 999 {
                 let new = of_rule(&quiet, &format!("late{i}"), 60);
-                assert_eq!(store.count(&[new], Policy::Commit).await, Ok(vec![1]));
+                assert_eq!(store.counts(&[new], Policy::Commit).await, Ok(vec![1]));
             }
         }
         assert_eq!(store.len(), 2048, "full, and no more");
         // Every key of the quiet rule still counts from where it was.
         for a in &active {
-            let counted = store.count(std::slice::from_ref(a), Policy::Commit).await;
+            let counted = store.counts(std::slice::from_ref(a), Policy::Commit).await;
             assert_eq!(counted, Ok(vec![2]), "{}", a.key);
         }
         let held = store.holdings();
@@ -919,7 +919,7 @@ mod tests {
         for i in 0..20_000 {
             let rule = if i % 2 == 0 { &a } else { &b };
             let key = of_rule(rule, &format!("k{i}"), 60);
-            store.count(&[key], Policy::Commit).await.expect("room");
+            store.counts(&[key], Policy::Commit).await.expect("room");
         }
         let held = store.holdings();
         let keys = |r: &RuleId| {
