@@ -28,14 +28,10 @@
 //!   (`USE_DOG_STATSD_MOGRIFIERS` is refused at start-up).
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::http::{header, StatusCode, Uri};
-use axum::response::Response;
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use metrics_util::MetricKindMask;
 use parking_lot::Mutex;
@@ -55,23 +51,6 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Content type of the Prometheus text exposition format.
 pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// `ratelimit.localcache.hitCount`.
-pub const LOCALCACHE_HIT_COUNT: &str = "ratelimit.localcache.hitCount";
-/// `ratelimit.localcache.missCount`.
-pub const LOCALCACHE_MISS_COUNT: &str = "ratelimit.localcache.missCount";
-/// `ratelimit.localcache.lookupCount`.
-pub const LOCALCACHE_LOOKUP_COUNT: &str = "ratelimit.localcache.lookupCount";
-/// `ratelimit.localcache.entryCount`.
-pub const LOCALCACHE_ENTRY_COUNT: &str = "ratelimit.localcache.entryCount";
-/// `ratelimit.localcache.expiredCount`.
-pub const LOCALCACHE_EXPIRED_COUNT: &str = "ratelimit.localcache.expiredCount";
-/// `ratelimit.localcache.evacuateCount`.
-pub const LOCALCACHE_EVACUATE_COUNT: &str = "ratelimit.localcache.evacuateCount";
-/// `ratelimit.localcache.overwriteCount`.
-pub const LOCALCACHE_OVERWRITE_COUNT: &str = "ratelimit.localcache.overwriteCount";
-/// `ratelimit.localcache.averageAccessTime`.
-pub const LOCALCACHE_AVERAGE_ACCESS_TIME: &str = "ratelimit.localcache.averageAccessTime";
 
 /// The statistics settings, as plain data.
 #[derive(Debug, Clone, PartialEq)]
@@ -529,74 +508,6 @@ impl MetricsHandle {
         self.core.run_generators();
         self.core.render_stats()
     }
-
-    /// Serves the Prometheus text on `path` only (a path ending in
-    /// `/` also serves everything below it, like Go's mux; empty = `/metrics`)
-    /// until `shutdown` completes; any method is accepted, other paths get
-    /// `404 page not found`.
-    pub async fn serve_prometheus(
-        &self,
-        listener: tokio::net::TcpListener,
-        path: String,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> Result<(), MetricsError> {
-        let path = if path.is_empty() {
-            "/metrics".to_string()
-        } else {
-            path
-        };
-        if !path.starts_with('/') {
-            return Err(MetricsError::InvalidPath(path));
-        }
-        let path: Arc<str> = path.into();
-        let me = self.clone();
-        let app = axum::Router::new().fallback(move |uri: Uri| {
-            let me = me.clone();
-            let path = path.clone();
-            async move { me.prometheus_response(&path, uri.path()).await }
-        });
-        axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-            .map_err(MetricsError::Serve)
-    }
-
-    async fn prometheus_response(&self, pattern: &str, path: &str) -> Response {
-        let matches = if pattern.ends_with('/') {
-            path.starts_with(pattern)
-        } else {
-            path == pattern
-        };
-        if !matches {
-            return text_response(
-                StatusCode::NOT_FOUND,
-                "text/plain; charset=utf-8",
-                "404 page not found\n".into(),
-            );
-        }
-        let me = self.clone();
-        match tokio::task::spawn_blocking(move || me.render_prometheus()).await {
-            Ok(body) => text_response(StatusCode::OK, PROMETHEUS_CONTENT_TYPE, body),
-            Err(e) => {
-                tracing::error!(target: "ratelimit::metrics", "rendering metrics failed: {e}");
-                text_response(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "text/plain; charset=utf-8",
-                    "Internal Server Error\n".into(),
-                )
-            }
-        }
-    }
-}
-
-fn text_response(status: StatusCode, content_type: &'static str, body: String) -> Response {
-    let mut r = Response::new(Body::from(body));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static(content_type),
-    );
-    r
 }
 
 /// The logging sink: one debug event per flushed stat, as the original's
@@ -616,75 +527,7 @@ fn log_sample(meta: &Meta, sample: Sample) {
     );
 }
 
-/// One unary gRPC method's two series: `ratelimit_server.<method>.total_requests`
-/// and `ratelimit_server.<method>.response_time`. Registered once and held
-/// by whoever counts calls, so that a call costs no registry lookup; these
-/// series are not per key, so the registry never forgets them.
-#[derive(Debug, Clone)]
-pub struct GrpcCallStats {
-    total_requests: metrics::Counter,
-    response_time: metrics::Histogram,
-}
-
-impl GrpcCallStats {
-    /// `method`'s series in the current recorder.
-    pub fn register(method: &str) -> GrpcCallStats {
-        GrpcCallStats {
-            total_requests: metrics::counter!(format!("ratelimit_server.{method}.total_requests")),
-            response_time: metrics::histogram!(format!("ratelimit_server.{method}.response_time")),
-        }
-    }
-
-    /// Counts one call: `total_requests` +1 and `response_time` ←
-    /// `elapsed` in milliseconds (fractional; statsd receives it truncated
-    /// to whole ms as the original sends it).
-    pub fn record(&self, elapsed: Duration) {
-        self.total_requests.increment(1);
-        self.response_time.record(elapsed.as_secs_f64() * 1000.0);
-    }
-}
-
-/// Counts one unary gRPC call of `method` (see [`GrpcCallStats::record`]),
-/// looking its series up in the current recorder.
-pub fn record_grpc_call(method: &str, elapsed: Duration) {
-    GrpcCallStats::register(method).record(elapsed);
-}
-
-/// The local cache's statistics (`ratelimit.localcache.*` gauges).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LocalCacheGauges {
-    /// `hitCount`.
-    pub hit_count: u64,
-    /// `missCount`.
-    pub miss_count: u64,
-    /// `lookupCount`.
-    pub lookup_count: u64,
-    /// `entryCount`.
-    pub entry_count: u64,
-    /// `expiredCount`.
-    pub expired_count: u64,
-    /// `evacuateCount`.
-    pub evacuate_count: u64,
-    /// `overwriteCount`.
-    pub overwrite_count: u64,
-    /// `averageAccessTime`.
-    pub average_access_time: u64,
-}
-
-/// Sets the eight `ratelimit.localcache.*` gauges; meant to run in a
-/// generator ([`MetricsHandle::add_generator`]) so they are fresh at every
-/// flush, as the original's stat generator is.
-pub fn record_local_cache(g: &LocalCacheGauges) {
-    let set = |name: &'static str, v: u64| metrics::gauge!(name).set(v as f64);
-    set(LOCALCACHE_HIT_COUNT, g.hit_count);
-    set(LOCALCACHE_MISS_COUNT, g.miss_count);
-    set(LOCALCACHE_LOOKUP_COUNT, g.lookup_count);
-    set(LOCALCACHE_ENTRY_COUNT, g.entry_count);
-    set(LOCALCACHE_EXPIRED_COUNT, g.expired_count);
-    set(LOCALCACHE_EVACUATE_COUNT, g.evacuate_count);
-    set(LOCALCACHE_OVERWRITE_COUNT, g.overwrite_count);
-    set(LOCALCACHE_AVERAGE_ACCESS_TIME, g.average_access_time);
-}
+mod prometheus_endpoint;
 
 #[cfg(test)]
 mod tests;

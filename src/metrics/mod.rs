@@ -13,6 +13,7 @@
 //! bound; the exporter forgets series that stay idle.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use metrics::Counter;
 
@@ -23,8 +24,8 @@ mod recorder;
 pub mod statsd;
 
 pub use exporter::{
-    build, install, listen_addr, record_grpc_call, record_local_cache, select_sink, FlushReport,
-    GrpcCallStats, LocalCacheGauges, MetricsError, MetricsHandle, MetricsOptions, SinkKind,
+    build, install, listen_addr, select_sink, FlushReport, MetricsError, MetricsHandle,
+    MetricsOptions, SinkKind,
 };
 pub use prometheus_mapping::map_statsd_name;
 pub use recorder::{MetricsRecorder, MAX_DYNAMIC_SERIES, MAX_PENDING_SAMPLES};
@@ -387,6 +388,93 @@ fn ipv4_at(s: &[u8], start: usize) -> Option<usize> {
         i += digits;
     }
     Some(i)
+}
+
+/// `ratelimit.localcache.hitCount`.
+pub const LOCALCACHE_HIT_COUNT: &str = "ratelimit.localcache.hitCount";
+/// `ratelimit.localcache.missCount`.
+pub const LOCALCACHE_MISS_COUNT: &str = "ratelimit.localcache.missCount";
+/// `ratelimit.localcache.lookupCount`.
+pub const LOCALCACHE_LOOKUP_COUNT: &str = "ratelimit.localcache.lookupCount";
+/// `ratelimit.localcache.entryCount`.
+pub const LOCALCACHE_ENTRY_COUNT: &str = "ratelimit.localcache.entryCount";
+/// `ratelimit.localcache.expiredCount`.
+pub const LOCALCACHE_EXPIRED_COUNT: &str = "ratelimit.localcache.expiredCount";
+/// `ratelimit.localcache.evacuateCount`.
+pub const LOCALCACHE_EVACUATE_COUNT: &str = "ratelimit.localcache.evacuateCount";
+/// `ratelimit.localcache.overwriteCount`.
+pub const LOCALCACHE_OVERWRITE_COUNT: &str = "ratelimit.localcache.overwriteCount";
+/// `ratelimit.localcache.averageAccessTime`.
+pub const LOCALCACHE_AVERAGE_ACCESS_TIME: &str = "ratelimit.localcache.averageAccessTime";
+
+/// One unary gRPC method's two series: `ratelimit_server.<method>.total_requests`
+/// and `ratelimit_server.<method>.response_time`. Registered once and held
+/// by whoever counts calls, so that a call costs no registry lookup; these
+/// series are not per key, so the registry never forgets them.
+#[derive(Debug, Clone)]
+pub struct GrpcCallStats {
+    total_requests: metrics::Counter,
+    response_time: metrics::Histogram,
+}
+
+impl GrpcCallStats {
+    /// `method`'s series in the current recorder.
+    pub fn register(method: &str) -> GrpcCallStats {
+        GrpcCallStats {
+            total_requests: metrics::counter!(format!("ratelimit_server.{method}.total_requests")),
+            response_time: metrics::histogram!(format!("ratelimit_server.{method}.response_time")),
+        }
+    }
+
+    /// Counts one call: `total_requests` +1 and `response_time` ←
+    /// `elapsed` in milliseconds (fractional; statsd receives it truncated
+    /// to whole ms as the original sends it).
+    pub fn record(&self, elapsed: Duration) {
+        self.total_requests.increment(1);
+        self.response_time.record(elapsed.as_secs_f64() * 1000.0);
+    }
+}
+
+/// Counts one unary gRPC call of `method` (see [`GrpcCallStats::record`]),
+/// looking its series up in the current recorder.
+pub fn record_grpc_call(method: &str, elapsed: Duration) {
+    GrpcCallStats::register(method).record(elapsed);
+}
+
+/// The local cache's statistics (`ratelimit.localcache.*` gauges).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LocalCacheGauges {
+    /// `hitCount`.
+    pub hit_count: u64,
+    /// `missCount`.
+    pub miss_count: u64,
+    /// `lookupCount`.
+    pub lookup_count: u64,
+    /// `entryCount`.
+    pub entry_count: u64,
+    /// `expiredCount`.
+    pub expired_count: u64,
+    /// `evacuateCount`.
+    pub evacuate_count: u64,
+    /// `overwriteCount`.
+    pub overwrite_count: u64,
+    /// `averageAccessTime`.
+    pub average_access_time: u64,
+}
+
+/// Sets the eight `ratelimit.localcache.*` gauges; meant to run in a
+/// generator ([`MetricsHandle::add_generator`]) so they are fresh at every
+/// flush, as the original's stat generator is.
+pub fn record_local_cache(g: &LocalCacheGauges) {
+    let set = |name: &'static str, v: u64| metrics::gauge!(name).set(v as f64);
+    set(LOCALCACHE_HIT_COUNT, g.hit_count);
+    set(LOCALCACHE_MISS_COUNT, g.miss_count);
+    set(LOCALCACHE_LOOKUP_COUNT, g.lookup_count);
+    set(LOCALCACHE_ENTRY_COUNT, g.entry_count);
+    set(LOCALCACHE_EXPIRED_COUNT, g.expired_count);
+    set(LOCALCACHE_EVACUATE_COUNT, g.evacuate_count);
+    set(LOCALCACHE_OVERWRITE_COUNT, g.overwrite_count);
+    set(LOCALCACHE_AVERAGE_ACCESS_TIME, g.average_access_time);
 }
 
 #[cfg(test)]

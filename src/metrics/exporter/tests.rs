@@ -10,6 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
 use super::*;
+use crate::metrics::{record_grpc_call, record_local_cache, LocalCacheGauges};
 use crate::metrics::{Stats, CONFIG_LOAD_SUCCESS, MAX_DYNAMIC_SERIES, REDIS_ERROR};
 
 fn opts() -> MetricsOptions {
