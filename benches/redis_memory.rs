@@ -85,9 +85,14 @@ fn main() {
             max_elapsed: Duration::from_secs(30),
         };
         Arc::new(
-            connect(&options, None, retry, &ratelimit::workers::Workers::none())
-                .await
-                .expect("connects"),
+            connect(
+                &options,
+                None,
+                retry,
+                &ratelimit::platform::workers::Workers::none(),
+            )
+            .await
+            .expect("connects"),
         )
     });
     println!("{n} active keys per algorithm, limit 100 per day (the original's counters: per hour), one request each");

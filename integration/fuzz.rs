@@ -311,7 +311,7 @@ fn main() {
             _ => random_json(rng),
         },
         |bytes| {
-            if let Ok(r) = ratelimit::service::json::parse_request(bytes) {
+            if let Ok(r) = ratelimit::service::http::json::parse_request(bytes) {
                 decide(r);
             }
         },

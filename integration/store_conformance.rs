@@ -10,13 +10,13 @@ use std::time::Duration;
 use ratelimit::limiter::fixed_window::Window;
 use ratelimit::limiter::{AlgorithmName, Decision, Limiter};
 use ratelimit::limiter::{Clock, SystemClock};
+use ratelimit::platform::workers::Workers;
 use ratelimit::resilience::{self, BreakerOptions, ResilienceOptions};
 use ratelimit::store::redis::url::{Credentials, Target};
 use ratelimit::store::redis::{connect, RedisOptions, RedisStore, StartupRetry};
 use ratelimit::store::{
     testing::RunItems, Item, Limit, MemoryStore, OriginalWindow, Policy, Store,
 };
-use ratelimit::workers::Workers;
 use support::redis::{RedisCluster, RedisSentinel, RedisServer};
 
 fn now() -> u64 {

@@ -28,17 +28,18 @@
 //!   exporters (Prometheus, statsd).
 //! - [`xds`]: the xDS config source, one ADS stream to a management
 //!   server (the network side of `CONFIG_TYPE=GRPC_XDS_SOTW`).
-//! - [`telemetry`]: OTLP tracing.
-//! - [`workers`]: the gRPC worker runtimes, one per core, on which the
-//!   edge serves connections and the Redis store keeps connections of
-//!   each worker's own.
-//! - [`service`]: gRPC (`RateLimitService`, `RateLimitQuotaService`, health), the HTTP and debug
-//!   ports, TLS; generated protobuf types stay in `service::rls`.
+//! - [`platform`]: what the process runs on: the gRPC worker runtimes (one
+//!   per core, on which the edge serves connections and the Redis store
+//!   keeps connections of each worker's own), logging, OTLP tracing, client
+//!   TLS.
+//! - [`service`]: gRPC (`RateLimitService`, `RateLimitQuotaService`, health,
+//!   TLS) in `service::grpc`, the HTTP and debug ports in `service::http`.
 //! - [`app`]: wiring and lifecycle; `main.rs` only reads settings, sets up
 //!   logging and signals, and calls [`app::run`].
-//! - [`cli`]: Go-style flag parsing for the drop-in command-line tools;
-//!   `yaml`: the YAML 1.1 reader (Go's yaml.v2 behaviour) that the
-//!   descriptor files and the Prometheus mapping file are read with.
+//! - [`go`]: Go's behaviours the drop-in relies on: Go-style flag parsing
+//!   for the command-line tools, `strconv`'s numbers, and the YAML 1.1
+//!   reader (yaml.v2's behaviour) that the descriptor files and the
+//!   Prometheus mapping file are read with.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
@@ -54,21 +55,16 @@ pub const VERSION: &str = concat!(
 
 pub mod app;
 pub mod audit;
-pub mod cli;
-pub mod client_tls;
 pub mod config;
 pub mod engine;
-mod go_syntax;
+pub mod go;
 pub mod hotkeys;
 pub mod limiter;
-pub mod logging;
 pub mod metrics;
+pub mod platform;
 pub mod quota;
 pub mod resilience;
 pub mod service;
 pub mod settings;
 pub mod store;
-pub mod telemetry;
-pub mod workers;
 pub mod xds;
-mod yaml;

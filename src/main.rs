@@ -29,7 +29,7 @@ fn main() -> ExitCode {
         println!("ratelimit {}", ratelimit::VERSION);
         return ExitCode::SUCCESS;
     }
-    ratelimit::service::release::register(release_memory);
+    ratelimit::service::grpc::release::register(release_memory);
     let settings = match Settings::from_source(&Env) {
         Ok(s) => s,
         Err(e) => {
@@ -49,7 +49,9 @@ fn main() -> ExitCode {
     };
     // Built on the runtime: the gRPC exporter's channel lives there.
     let spans = if settings.tracing.enabled {
-        match runtime.block_on(async { ratelimit::telemetry::provider(&settings.tracing) }) {
+        match runtime
+            .block_on(async { ratelimit::platform::telemetry::provider(&settings.tracing) })
+        {
             Ok(p) => Some(p),
             Err(e) => {
                 eprintln!("ratelimit: {e}");
@@ -59,7 +61,7 @@ fn main() -> ExitCode {
     } else {
         None
     };
-    ratelimit::logging::init(settings.log.level, settings.log.format, spans.as_ref());
+    ratelimit::platform::logging::init(settings.log.level, settings.log.format, spans.as_ref());
     let inactive = settings.accepted_but_inactive(&Env);
     if !inactive.is_empty() {
         tracing::warn!(

@@ -7,7 +7,7 @@ use tokio::net::{TcpListener, UnixListener};
 
 use super::{AppError, BoundAddrs};
 use crate::metrics::MetricsHandle;
-use crate::service::edge::GrpcListener;
+use crate::service::grpc::edge::GrpcListener;
 use crate::settings::Settings;
 
 /// The Prometheus listener (`USE_PROMETHEUS`); it stops when dropped.

@@ -23,14 +23,14 @@ use crate::engine::{Engine, LocalCache};
 use crate::hotkeys::TopKeys;
 use crate::limiter::{Clock, SystemClock};
 use crate::metrics::{LocalCacheGauges, MetricsHandle, Stats};
+use crate::platform::workers::Workers;
 use crate::quota::{QuotaOptions, QuotaParts, Quotas};
 use crate::resilience;
-use crate::service::debug::HotKeysView;
+use crate::service::grpc::rlqs::QuotaService;
 use crate::service::health::{Component, Health};
-use crate::service::http_server::HttpLimits;
-use crate::service::rlqs::QuotaService;
+use crate::service::http::debug::HotKeysView;
+use crate::service::http::server::HttpLimits;
 use crate::settings::Settings;
-use crate::workers::Workers;
 
 mod config_source;
 mod listeners;
@@ -251,7 +251,7 @@ pub async fn run(
         max_connections: l.http_max_connections,
         header_timeout: l.http_header_timeout,
     };
-    let http_task = spawn_server(crate::service::http_server::serve(
+    let http_task = spawn_server(crate::service::http::server::serve(
         listeners.http,
         crate::service::http::router(Arc::clone(&engine), health.clone()),
         http_limits,
@@ -259,9 +259,9 @@ pub async fn run(
         crate::metrics::HTTP_CONNECTION_REFUSED,
         stopped(stop_rx.clone()),
     ));
-    let debug_task = spawn_server(crate::service::http_server::serve(
+    let debug_task = spawn_server(crate::service::http::server::serve(
         listeners.debug,
-        crate::service::debug::router(
+        crate::service::http::debug::router(
             live,
             {
                 let metrics = metrics.clone();

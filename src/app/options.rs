@@ -2,11 +2,11 @@
 //! names and values meet the types the components take.
 
 use super::AppError;
-use crate::client_tls::ClientTls;
 use crate::engine::{EngineOptions, FailureDefaults, HeaderFormat, HeaderNames};
 use crate::metrics::MetricsOptions;
+use crate::platform::client_tls::ClientTls;
 use crate::resilience::{BreakerOptions, LeaseOptions, ResilienceOptions};
-use crate::service::admit::Admission;
+use crate::service::grpc::admit::Admission;
 use crate::settings::{
     BackendType, ClientTlsSettings, HeaderFormatSetting, LeaseSettings, ListenerSettings,
     RedisSettings, RedisType, Settings,
@@ -133,7 +133,7 @@ pub(super) fn engine_options(settings: &Settings) -> EngineOptions {
 /// and `GRPC_CONNECTION_TIMEOUT`.
 pub(super) fn grpc_admission(l: &ListenerSettings) -> Admission {
     let max = l.grpc_max_connections.unwrap_or_else(|| {
-        crate::service::admit::default_max_connections(2 * l.http_max_connections + 512)
+        crate::service::grpc::admit::default_max_connections(2 * l.http_max_connections + 512)
     });
     Admission::new(max, l.grpc_connection_timeout)
 }
@@ -145,7 +145,7 @@ pub(super) fn grpc_admission(l: &ListenerSettings) -> Admission {
 pub(super) fn grpc_workers(settings: &Settings) -> usize {
     match settings.listener.grpc_workers {
         crate::settings::GrpcWorkers::Count(n) => n,
-        crate::settings::GrpcWorkers::Auto => match crate::service::edge::cores() {
+        crate::settings::GrpcWorkers::Auto => match crate::service::grpc::edge::cores() {
             1 => 0,
             cores => cores,
         },

@@ -10,11 +10,11 @@ use tokio::sync::watch;
 
 use super::{AppError, MAX_GRPC_MESSAGE};
 use crate::engine::Engine;
-use crate::service::admit::Admission;
-use crate::service::edge::GrpcListener;
-use crate::service::rlqs::QuotaService;
-use crate::service::rls::RlsServer;
-use crate::workers::Workers;
+use crate::platform::workers::Workers;
+use crate::service::grpc::admit::Admission;
+use crate::service::grpc::edge::GrpcListener;
+use crate::service::grpc::rlqs::QuotaService;
+use crate::service::grpc::rls::RlsServer;
 
 /// How many request bytes a client may send on one gRPC stream before the
 /// server reads them (HTTP/2 `SETTINGS_INITIAL_WINDOW_SIZE`): an RLS
@@ -51,14 +51,14 @@ pub(super) fn grpc_router(
         .initial_stream_window_size(GRPC_STREAM_WINDOW)
         .initial_connection_window_size(GRPC_CONNECTION_WINDOW)
         .http2_max_header_list_size(GRPC_MAX_HEADER_LIST)
-        .layer(crate::service::grpc_metrics::GrpcMetricsLayer)
+        .layer(crate::service::grpc::metrics::GrpcMetricsLayer)
         .add_service(RlsServer::new(engine, MAX_GRPC_MESSAGE))
         .add_service(quota.server(MAX_GRPC_MESSAGE))
         .add_service(health_service)
 }
 
 /// The gRPC server task on `listener`, served by `workers` single-threaded
-/// runtimes (see [`crate::service::edge`]), with TLS when
+/// runtimes (see [`crate::service::grpc::edge`]), with TLS when
 /// `GRPC_SERVER_USE_TLS` (and the watcher that reloads a rotated
 /// certificate, to keep alive).
 pub(super) fn serve_grpc(
@@ -70,37 +70,46 @@ pub(super) fn serve_grpc(
     stop: watch::Receiver<bool>,
 ) -> Result<GrpcServing, AppError> {
     let (tls_config, cert_watch) = if tls.enabled {
-        let opts = crate::service::tls::TlsOptions {
+        let opts = crate::service::grpc::tls::TlsOptions {
             cert: PathBuf::from(&tls.server_cert),
             key: PathBuf::from(&tls.server_key),
             client_ca: (!tls.client_ca_cert.is_empty()).then(|| PathBuf::from(&tls.client_ca_cert)),
             client_san: (!tls.client_san.is_empty()).then(|| tls.client_san.clone()),
         };
-        let (config, cert) = crate::service::tls::server_config(&opts)
+        let (config, cert) = crate::service::grpc::tls::server_config(&opts)
             .map_err(|e| AppError::Unsupported(e.to_string()))?;
-        let watch = crate::service::tls::watch_certificate(cert)
+        let watch = crate::service::grpc::tls::watch_certificate(cert)
             .map_err(|e| AppError::Unsupported(format!("watching the TLS certificate: {e}")))?;
         (Some(config), Some(watch))
     } else {
         (None, None)
     };
-    let unsupported = |e: crate::service::edge::EdgeError| AppError::Unsupported(e.to_string());
+    let unsupported =
+        |e: crate::service::grpc::edge::EdgeError| AppError::Unsupported(e.to_string());
     let task = if workers.is_empty() {
         spawn_server(
-            crate::service::edge::serve_shared(listener, tls_config, router(), admission, stop)
-                .map_err(unsupported)?,
+            crate::service::grpc::edge::serve_shared(
+                listener,
+                tls_config,
+                router(),
+                admission,
+                stop,
+            )
+            .map_err(unsupported)?,
         )
     } else {
         spawn_server(
-            crate::service::edge::serve(workers, listener, tls_config, router, admission, stop)
-                .map_err(unsupported)?,
+            crate::service::grpc::edge::serve(
+                workers, listener, tls_config, router, admission, stop,
+            )
+            .map_err(unsupported)?,
         )
     };
     Ok((task, cert_watch))
 }
 
 /// The gRPC services behind the call-statistics layer.
-pub(super) type GrpcRouter = crate::service::edge::Router;
+pub(super) type GrpcRouter = crate::service::grpc::edge::Router;
 
 /// The gRPC server's task and, with TLS, its certificate watcher.
 pub(super) type GrpcServing = (ServerTask, Option<notify::RecommendedWatcher>);

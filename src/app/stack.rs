@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::options::{client_tls, lease_options, redis_address, resilience_options};
 use super::{AppError, Signal};
 use crate::limiter::Clock;
+use crate::platform::workers::Workers;
 use crate::resilience::{self, Leases};
 use crate::service::health::{Component, Health};
 use crate::settings::{BackendType, Settings};
@@ -15,7 +16,6 @@ use crate::store::memcache::{MemcacheOptions, MemcacheStore};
 use crate::store::memory::SweeperGuard;
 use crate::store::redis::{RedisOptions, StartupRetry};
 use crate::store::{InProcess, MemoryStore, Placement, Store};
-use crate::workers::Workers;
 
 /// The store the engine calls, with what keeps its background tasks alive.
 pub(super) struct BuiltStore {

@@ -30,7 +30,7 @@
 //! - `-grpc-use-tls` connects with rustls: the `-grpc-server-ca-file` is then
 //!   the only trust root (the original adds it to the system roots); without
 //!   it the system's roots are (`SSL_CERT_FILE`, or the platform's store, as
-//!   the stores' TLS reads them; `ratelimit::client_tls` builds both). `-grpc-cert-file` with `-grpc-key-file` adds a client
+//!   the stores' TLS reads them; `ratelimit::platform::client_tls` builds both). `-grpc-cert-file` with `-grpc-key-file` adds a client
 //!   certificate. ALPN is `h2`.
 //! - `-oltp-protocol` accepts `http`, `grpc` or empty and has no effect (no
 //!   tracing export); any other value fails as the original's does
@@ -54,8 +54,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{
 };
 use envoy_types::pb::google::protobuf::{value::Kind, ListValue, NullValue, Struct, Value};
 use hyper_util::rt::TokioIo;
-use ratelimit::cli::{Flag, FlagError, FlagKind, FlagSet};
-use ratelimit::client_tls::{ClientTls, ClientTlsError, Roots};
+use ratelimit::go::cli::{Flag, FlagError, FlagKind, FlagSet};
+use ratelimit::platform::client_tls::{ClientTls, ClientTlsError, Roots};
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tonic::transport::{Endpoint, Uri};

@@ -9,8 +9,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use ratelimit::cli::{Flag, FlagError, FlagKind, FlagSet};
 use ratelimit::config::{self, ConfigError, ConfigFile};
+use ratelimit::go::cli::{Flag, FlagError, FlagKind, FlagSet};
 
 fn flags() -> FlagSet {
     FlagSet::new(

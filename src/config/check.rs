@@ -7,7 +7,7 @@
 //! document order, so the same file always gives the same error.
 
 use super::error::{ConfigErrorKind, TypeError};
-use crate::yaml::{Node, NodeKind, Resolved};
+use crate::go::yaml::{Node, NodeKind, Resolved};
 
 /// The keys the original accepts, anywhere in a file.
 pub const VALID_KEYS: &[&str] = &[
@@ -232,7 +232,7 @@ pub(crate) fn go_format_float(f: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::yaml::parse;
+    use crate::go::yaml::parse;
 
     fn check(doc: &str) -> Result<(), String> {
         let node = parse(doc.as_bytes()).map_err(|e| e.message)?;

@@ -10,7 +10,7 @@ use super::model;
 use super::tree::DescriptorTree;
 use super::validate;
 use super::Config;
-use crate::yaml;
+use crate::go::yaml;
 
 /// One configuration file's contents and the name errors call it by.
 #[derive(Debug, Clone, PartialEq, Eq)]

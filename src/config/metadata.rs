@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::yaml::{Node, NodeKind, Resolved};
+use crate::go::yaml::{Node, NodeKind, Resolved};
 
 /// A `google.protobuf.Struct`, independent of the generated types.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -100,7 +100,7 @@ fn utf8(bytes: &[u8]) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::yaml::parse;
+    use crate::go::yaml::parse;
 
     #[test]
     fn numbers_become_doubles_and_keys_strings() {

@@ -8,7 +8,7 @@
 //! document order, with yaml.v2's text.
 
 use super::error::TypeError;
-use crate::yaml::{Node, NodeKind, Resolved};
+use crate::go::yaml::{Node, NodeKind, Resolved};
 
 /// One file: `domain` and its top-level descriptors.
 #[derive(Debug, Clone, Default)]

@@ -10,7 +10,7 @@
 //!   [`crate::resilience::Leases`], with its pure accounting and its bound
 //!   in [`crate::resilience::leases::lease`];
 //! - detection is [`TopKeys`]: a bounded top-K of keys by decisions per
-//!   second, served on `/hotkeys` (by `crate::service::debug::HotKeysView`).
+//!   second, served on `/hotkeys` (by `crate::service::http::debug::HotKeysView`).
 
 pub mod top;
 

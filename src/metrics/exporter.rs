@@ -15,7 +15,7 @@
 //!   an unreadable or invalid `PROMETHEUS_MAPPER_YAML` is a start-up error
 //!   instead of silently dropping every mapping.
 //! - the Prometheus names: see [`prometheus_mapping`](super::prometheus_mapping); in
-//!   addition, [`record_grpc_call`] records response times with sub-millisecond
+//!   addition, [`record_grpc_call`](super::record_grpc_call) records response times with sub-millisecond
 //!   precision, so the Prometheus histogram no longer rounds fast calls down
 //!   to 0 s (statsd still receives whole milliseconds, truncated, as before).
 //! - Timers reach statsd at the next flush (batched with the counters)
@@ -369,7 +369,7 @@ impl MetricsHandle {
 
     /// Registers a callback run before every flush and render, with this
     /// handle's recorder as the thread's recorder: the place to refresh
-    /// gauges such as [`record_local_cache`]'s.
+    /// gauges such as [`record_local_cache`](super::record_local_cache)'s.
     pub fn add_generator(&self, generator: impl Fn() + Send + Sync + 'static) {
         self.core.add_generator(Arc::new(generator));
     }

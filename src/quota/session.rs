@@ -1,6 +1,6 @@
 //! One RLQS stream's buckets: what each report of a bucket is answered
 //! with, and what a moved share pushed to the stream sends. The gRPC
-//! plumbing is `service::rlqs`; this is the decision.
+//! plumbing is `service::grpc::rlqs`; this is the decision.
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -1,16 +1,10 @@
-//! The network face: gRPC (`RateLimitService`, `RateLimitQuotaService`, health), the main HTTP port
-//! and the debug port, each a thin adapter over the [`crate::engine`].
+//! The network face, each part a thin adapter over the [`crate::engine`]
+//! and [`crate::quota`]: gRPC (`RateLimitService`, `RateLimitQuotaService`,
+//! health) in [`grpc`], the main HTTP port and the debug port in [`http`],
+//! and what both share: the health state ([`health`]) and how an error is
+//! answered ([`error`]).
 
-pub mod admit;
-pub mod debug;
-pub mod edge;
 pub mod error;
-pub mod grpc_metrics;
+pub mod grpc;
 pub mod health;
 pub mod http;
-pub mod http_server;
-pub mod json;
-pub mod release;
-pub mod rlqs;
-pub mod rls;
-pub mod tls;

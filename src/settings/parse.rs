@@ -8,7 +8,7 @@
 //! - [`parse_map`] splits an item at its first `:`; Go's `envconfig` rejects an item with
 //!   more than one `:`, so this accepts a superset.
 
-use crate::go_syntax::{parse_magnitude, underscore_ok};
+use crate::go::syntax::{parse_magnitude, underscore_ok};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;

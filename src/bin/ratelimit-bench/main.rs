@@ -35,7 +35,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
-use ratelimit::cli::{Flag, FlagError, FlagKind, FlagSet, Parsed};
+use ratelimit::go::cli::{Flag, FlagError, FlagKind, FlagSet, Parsed};
 use tokio::time::Instant;
 
 /// Writes to standard output, ignoring a closed pipe.

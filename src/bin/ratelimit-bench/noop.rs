@@ -12,7 +12,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{
     RateLimitRequest, RateLimitResponse,
 };
 
-use ratelimit::cli::FlagSet;
+use ratelimit::go::cli::FlagSet;
 
 use super::{parse_duration, parse_flags, string_flag, Failure, LoadConfig, MIN_NOOP_LIFE};
 
@@ -42,7 +42,7 @@ impl RateLimitService for Noop {
 
 /// Serves the no-op service on `listener` until `shutdown` completes, on
 /// the service's own gRPC edge (one single-threaded runtime per core, see
-/// `ratelimit::service::edge`), so the ceiling it measures is the service's
+/// `ratelimit::service::grpc::edge`), so the ceiling it measures is the service's
 /// gRPC stack's.
 async fn serve_noop(
     listener: tokio::net::TcpListener,
@@ -50,10 +50,10 @@ async fn serve_noop(
     served: Arc<AtomicU64>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), Failure> {
-    use ratelimit::service::edge;
+    use ratelimit::service::grpc::edge;
     let router: Arc<dyn Fn() -> edge::Router + Send + Sync> = Arc::new(move || {
         tonic::transport::Server::builder()
-            .layer(ratelimit::service::grpc_metrics::GrpcMetricsLayer)
+            .layer(ratelimit::service::grpc::metrics::GrpcMetricsLayer)
             .add_service(RateLimitServiceServer::new(Noop {
                 served: Arc::clone(&served),
             }))
@@ -72,8 +72,8 @@ async fn serve_noop(
     let fatal = |e: &dyn std::fmt::Display| Failure::Fatal(format!("no-op server: {e}"));
     let listener = edge::GrpcListener::Tcp(listener);
     // The service's defaults, so the ceiling pays what the service pays.
-    let admission = Arc::new(ratelimit::service::admit::Admission::new(
-        ratelimit::service::admit::default_max_connections(1024),
+    let admission = Arc::new(ratelimit::service::grpc::admit::Admission::new(
+        ratelimit::service::grpc::admit::default_max_connections(1024),
         Duration::from_secs(5),
     ));
     let served = match workers {
@@ -83,7 +83,7 @@ async fn serve_noop(
                 .await
         }
         n => {
-            let workers = ratelimit::workers::Workers::start(n).map_err(|e| fatal(&e))?;
+            let workers = ratelimit::platform::workers::Workers::start(n).map_err(|e| fatal(&e))?;
             edge::serve(&workers, listener, tls, router, admission, stop_rx)
                 .map_err(|e| fatal(&e))?
                 .await

@@ -11,7 +11,7 @@ use std::path::Path;
 use regex::Regex;
 
 use super::{escape_metric_name, is_label_name, Mapped, StatKind, DEFAULT_BUCKETS};
-use crate::yaml::{self, Node, NodeKind, Resolved};
+use crate::go::yaml::{self, Node, NodeKind, Resolved};
 
 /// An error in a `PROMETHEUS_MAPPER_YAML` file.
 #[derive(Debug, thiserror::Error)]

@@ -40,7 +40,7 @@ use super::{
     Answer, Decided, Item, Limit, NodeId, Placement, ReferenceStep, Reply, Store, StoreError,
     StoreErrorKind, Work,
 };
-use crate::client_tls::ClientTls;
+use crate::platform::client_tls::ClientTls;
 use protocol::Reply as Said;
 
 /// The original client's I/O timeout per command.
@@ -514,10 +514,10 @@ fn count_of(key: &str, value: &[u8]) -> u64 {
 #[async_trait]
 impl Store for MemcacheStore {
     async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
-        if crate::telemetry::enabled() {
+        if crate::platform::telemetry::enabled() {
             use tracing::Instrument;
             let span = tracing::info_span!(
-                target: crate::telemetry::SPAN_TARGET,
+                target: crate::platform::telemetry::SPAN_TARGET,
                 "Memcached Fetch Execution",
                 "keysToGet length" = work.len(),
             );

@@ -18,12 +18,12 @@ use fred::types::scripts::Script;
 use super::node::{store_error, Backend, Lanes, Node};
 use super::url::{self, Credentials, Deployment, Target, UrlError};
 use super::{RedisPlacement, RedisStore};
+use crate::platform::workers::Workers;
 use crate::store::{NodeId, StoreError, StoreErrorKind};
-use crate::workers::Workers;
 use tokio::runtime::Handle;
 
 /// TLS files for Redis connections.
-pub type RedisTls = crate::client_tls::ClientTls;
+pub type RedisTls = crate::platform::client_tls::ClientTls;
 
 /// How to reach one Redis deployment.
 #[derive(Debug, Clone, PartialEq, Eq)]

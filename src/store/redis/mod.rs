@@ -61,7 +61,7 @@ use placement::ROUTES_MAX_AGE;
 /// Connections: the shared pool (`REDIS_POOL_SIZE`, at most one per core)
 /// serves callers off the gRPC workers (the HTTP `/json` port, RLQS, lease
 /// returns), and each gRPC worker has one connection per node of its own,
-/// opened on its runtime ([`crate::workers`]), with its own coalescing
+/// opened on its runtime ([`crate::platform::workers`]), with its own coalescing
 /// lane: a decision made on a worker is sent, answered and resumed on that
 /// worker's thread. Per node, a request still makes at most one script
 /// call, under the same deadline.
@@ -82,7 +82,7 @@ impl RedisStore {
     /// The lanes of the calling thread's runtime: its worker's own, or
     /// the shared ones.
     fn lanes(&self) -> &Lanes {
-        crate::workers::current()
+        crate::platform::workers::current()
             .and_then(|i| self.workers.get(i))
             .and_then(Option::as_ref)
             .unwrap_or(&self.shared)
@@ -183,10 +183,10 @@ impl RedisStore {
 #[async_trait]
 impl Store for RedisStore {
     async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
-        if crate::telemetry::enabled() {
+        if crate::platform::telemetry::enabled() {
             use tracing::Instrument;
             let span = tracing::info_span!(
-                target: crate::telemetry::SPAN_TARGET,
+                target: crate::platform::telemetry::SPAN_TARGET,
                 "Redis Pipeline Execution",
                 "pipeline length" = work.len(),
             );

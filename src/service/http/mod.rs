@@ -1,6 +1,10 @@
 //! The main HTTP port (`HOST`:`PORT`): `/healthcheck` and
 //! `/json`, any method; anything else 404 `404 page not found`.
 
+pub mod debug;
+pub mod json;
+pub mod server;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +18,6 @@ use axum::Router;
 use crate::engine::{Code, Engine};
 use crate::service::error::to_http_status;
 use crate::service::health::Health;
-use crate::service::json;
 
 /// Largest `/json` body accepted (the original has no limit); the
 /// same as the gRPC port's 4 MiB message limit.
@@ -88,9 +91,9 @@ async fn json_bridge(State(s): State<AppState>, req: Request) -> Response {
     };
     let decided = tokio::time::timeout_at(deadline, s.engine.should_rate_limit(&request));
     // The original's span for the /json decision, with the response.
-    let span = crate::telemetry::enabled().then(|| {
+    let span = crate::platform::telemetry::enabled().then(|| {
         tracing::info_span!(
-            target: crate::telemetry::SPAN_TARGET,
+            target: crate::platform::telemetry::SPAN_TARGET,
             "NewJsonHandler Remaining Execution",
             response = tracing::field::Empty,
         )

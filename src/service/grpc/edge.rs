@@ -9,7 +9,7 @@
 //! responses ready together leave in one write. (The same effect needs
 //! `disable_lifo_slot()`, an unstable tokio API, on the shared runtime.)
 //!
-//! How: the workers themselves ([`crate::workers`]) are made before the
+//! How: the workers themselves ([`crate::platform::workers`]) are made before the
 //! store, which may keep connections of its own on each. The listener
 //! stays on the main runtime, which accepts and hands each connection, as
 //! a `std` socket, to the next worker in turn; the worker registers it with
@@ -44,7 +44,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 
 use super::admit::{Admission, Held, Slot};
-use crate::workers::Workers;
+use crate::platform::workers::Workers;
 
 /// Where gRPC connections come from.
 #[derive(Debug)]
@@ -57,7 +57,7 @@ pub enum GrpcListener {
 
 /// A worker's server: the same services on every worker.
 pub type Router = tonic::transport::server::Router<
-    tower::layer::util::Stack<super::grpc_metrics::GrpcMetricsLayer, tower::layer::util::Identity>,
+    tower::layer::util::Stack<super::metrics::GrpcMetricsLayer, tower::layer::util::Identity>,
 >;
 
 /// An accepted connection on its way to a worker, out of the main

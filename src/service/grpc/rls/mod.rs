@@ -93,10 +93,10 @@ impl UnaryService<pb::RateLimitRequest> for ShouldRateLimit {
         Box::pin(async move {
             let request = RateLimitRequest::from(request.into_inner());
             let decided = engine.should_rate_limit_by(&request, deadline);
-            let decided = if crate::telemetry::enabled() {
+            let decided = if crate::platform::telemetry::enabled() {
                 use tracing::Instrument;
                 let span = tracing::info_span!(
-                    target: crate::telemetry::SPAN_TARGET,
+                    target: crate::platform::telemetry::SPAN_TARGET,
                     "ShouldRateLimit Execution"
                 );
                 decided.instrument(span).await
@@ -154,8 +154,9 @@ where
         };
         let method = ShouldRateLimit(Arc::clone(&self.engine), deadline);
         let max = self.max_decoding_message_size;
-        let span = crate::telemetry::enabled()
-            .then(|| crate::telemetry::server_span(&SHOULD_RATE_LIMIT_PATH[1..], req.headers()));
+        let span = crate::platform::telemetry::enabled().then(|| {
+            crate::platform::telemetry::server_span(&SHOULD_RATE_LIMIT_PATH[1..], req.headers())
+        });
         let call = async move {
             let mut grpc = Grpc::new(codec::RlsCodec::default())
                 .apply_max_message_size_config(Some(max), None);

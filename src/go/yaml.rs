@@ -492,7 +492,7 @@ pub(crate) fn resolve_plain(text: &str) -> Resolved {
         },
         b'0'..=b'9' | b'+' | b'-' => {
             let plain: String = text.chars().filter(|&c| c != '_').collect();
-            if let Some(i) = crate::go_syntax::parse_int(&plain) {
+            if let Some(i) = crate::go::syntax::parse_int(&plain) {
                 return Resolved::Int(i);
             }
             if is_yaml_style_float(&plain) {

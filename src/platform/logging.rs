@@ -14,7 +14,7 @@ use tracing_subscriber::registry::LookupSpan;
 use crate::settings::{LogFormat, LogLevel};
 
 /// Installs the global subscriber: the logs, and with `spans` the export of
-/// the trace spans (see [`crate::telemetry`]). Call once, early in `main`.
+/// the trace spans (see [`crate::platform::telemetry`]). Call once, early in `main`.
 pub fn init(
     level: LogLevel,
     format: LogFormat,
@@ -40,13 +40,15 @@ pub fn init(
             tracing_subscriber::filter::Targets::new()
                 .with_default(max)
                 .with_target(
-                    crate::telemetry::SPAN_TARGET,
+                    crate::platform::telemetry::SPAN_TARGET,
                     tracing::level_filters::LevelFilter::OFF,
                 ),
         );
     let registry = tracing_subscriber::registry().with(logs);
     let _ = match spans {
-        Some(p) => registry.with(crate::telemetry::layer(p)).try_init(),
+        Some(p) => registry
+            .with(crate::platform::telemetry::layer(p))
+            .try_init(),
         None => registry.try_init(),
     };
 }
