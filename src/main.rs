@@ -48,10 +48,8 @@ fn main() -> ExitCode {
         }
     };
     // Built on the runtime: the gRPC exporter's channel lives there.
-    let spans = if settings.tracing.enabled {
-        match runtime
-            .block_on(async { ratelimit::platform::telemetry::provider(&settings.tracing) })
-        {
+    let spans = if let Some(tracing) = ratelimit::app::tracing_options(&settings) {
+        match runtime.block_on(async { ratelimit::platform::telemetry::provider(&tracing) }) {
             Ok(p) => Some(p),
             Err(e) => {
                 eprintln!("ratelimit: {e}");
@@ -61,7 +59,7 @@ fn main() -> ExitCode {
     } else {
         None
     };
-    ratelimit::platform::logging::init(settings.log.level, settings.log.format, spans.as_ref());
+    ratelimit::platform::logging::init(ratelimit::app::log_options(&settings), spans.as_ref());
     let inactive = settings.accepted_but_inactive(&Env);
     if !inactive.is_empty() {
         tracing::warn!(

@@ -40,8 +40,8 @@ mod stack;
 
 use config_source::start_config;
 use listeners::{serve_prometheus, Listeners};
-pub use options::metrics_options;
 use options::{engine_options, grpc_admission, grpc_workers};
+pub use options::{log_options, metrics_options, tracing_options};
 use servers::{finish_servers, grpc_router, serve_grpc, spawn_server};
 use stack::build_store;
 
@@ -217,7 +217,7 @@ pub async fn run(
             idle: settings.quota.idle_timeout,
             sync: settings.quota.sync_interval,
             key_prefix: settings.limiter.cache_key_prefix.clone(),
-            failure_mode: settings.store_failure.failure_mode,
+            failure_mode: options::failure_mode(&settings),
             ..QuotaOptions::default()
         },
         instance: instance_name(),

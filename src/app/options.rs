@@ -2,18 +2,63 @@
 //! names and values meet the types the components take.
 
 use super::AppError;
+use crate::config::FailureMode;
 use crate::engine::{EngineOptions, FailureDefaults, HeaderFormat, HeaderNames};
 use crate::metrics::MetricsOptions;
 use crate::platform::client_tls::ClientTls;
+use crate::platform::logging::LogOptions;
+use crate::platform::telemetry::{ExportProtocol, TracingOptions};
 use crate::resilience::{BreakerOptions, LeaseOptions, ResilienceOptions};
 use crate::service::grpc::admit::Admission;
 use crate::settings::{
-    BackendType, ClientTlsSettings, HeaderFormatSetting, LeaseSettings, ListenerSettings,
-    RedisSettings, RedisType, Settings,
+    BackendType, ClientTlsSettings, FailureModeSetting, HeaderFormatSetting, LeaseSettings,
+    ListenerSettings, LogFormat, LogLevel, RedisSettings, RedisType, Settings, TracingProtocol,
 };
 use crate::store::redis::url::Deployment;
 use crate::store::redis::RedisAddress;
 use crate::xds::{Backoff, XdsOptions, XdsTls};
+
+/// The logs the settings describe (`LOG_LEVEL`, `LOG_FORMAT`); logrus's
+/// `panic` and `fatal` levels log errors only, as `error` does.
+pub fn log_options(settings: &Settings) -> LogOptions {
+    let max = match settings.log.level {
+        LogLevel::Trace => tracing::Level::TRACE,
+        LogLevel::Debug => tracing::Level::DEBUG,
+        LogLevel::Info => tracing::Level::INFO,
+        LogLevel::Warn => tracing::Level::WARN,
+        _ => tracing::Level::ERROR,
+    };
+    LogOptions {
+        max,
+        json: settings.log.format == LogFormat::Json,
+    }
+}
+
+/// The tracing the settings describe (`TRACING_*`); `None` when
+/// `TRACING_ENABLED` is off.
+pub fn tracing_options(settings: &Settings) -> Option<TracingOptions> {
+    let t = &settings.tracing;
+    t.enabled.then(|| TracingOptions {
+        service_name: t.service_name.clone(),
+        service_namespace: t.service_namespace.clone(),
+        service_instance_id: t.service_instance_id.clone(),
+        protocol: match t.exporter_protocol {
+            TracingProtocol::Http => ExportProtocol::Http,
+            TracingProtocol::Grpc => ExportProtocol::Grpc,
+        },
+        sampling_rate: t.sampling_rate,
+    })
+}
+
+/// `STORE_FAILURE_MODE`, the mode of every rule that sets no
+/// `failure_mode`.
+pub(super) fn failure_mode(settings: &Settings) -> FailureMode {
+    match settings.store_failure.failure_mode {
+        FailureModeSetting::Error => FailureMode::Error,
+        FailureModeSetting::Open => FailureMode::Open,
+        FailureModeSetting::Closed => FailureMode::Closed,
+    }
+}
 
 /// The metrics options the settings describe.
 pub fn metrics_options(settings: &Settings) -> Result<MetricsOptions, AppError> {
@@ -122,7 +167,7 @@ pub(super) fn engine_options(settings: &Settings) -> EngineOptions {
         max_descriptors: settings.request.max_descriptors,
         max_entries: settings.request.max_entries,
         failure: FailureDefaults {
-            mode: settings.store_failure.failure_mode,
+            mode: failure_mode(settings),
             fallback_share: settings.store_failure.fallback_share,
         },
     }

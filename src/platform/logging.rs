@@ -11,31 +11,26 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::settings::{LogFormat, LogLevel};
+/// What is logged, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogOptions {
+    /// The most verbose level written.
+    pub max: Level,
+    /// One JSON object per line instead of logrus text.
+    pub json: bool,
+}
 
 /// Installs the global subscriber: the logs, and with `spans` the export of
 /// the trace spans (see [`crate::platform::telemetry`]). Call once, early in `main`.
-pub fn init(
-    level: LogLevel,
-    format: LogFormat,
-    spans: Option<&opentelemetry_sdk::trace::SdkTracerProvider>,
-) {
+pub fn init(options: LogOptions, spans: Option<&opentelemetry_sdk::trace::SdkTracerProvider>) {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::Layer;
-    let max = match level {
-        LogLevel::Trace => Level::TRACE,
-        LogLevel::Debug => Level::DEBUG,
-        LogLevel::Info => Level::INFO,
-        LogLevel::Warn => Level::WARN,
-        _ => Level::ERROR,
-    };
+    let LogOptions { max, json } = options;
     // The logs leave the trace spans to the exporter.
     let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .event_format(LogrusFormat {
-            json: format == LogFormat::Json,
-        })
+        .event_format(LogrusFormat { json })
         .with_filter(
             tracing_subscriber::filter::Targets::new()
                 .with_default(max)

@@ -29,8 +29,6 @@ use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::settings::{TracingProtocol, TracingSettings};
-
 /// The target of the spans that are exported.
 pub const SPAN_TARGET: &str = "ratelimit::trace";
 
@@ -46,15 +44,41 @@ pub fn enabled() -> bool {
 #[error("tracing: {0}")]
 pub struct TelemetryError(String);
 
+/// How spans leave the process (OTLP's two transports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExportProtocol {
+    /// OTLP over HTTP (protobuf).
+    #[default]
+    Http,
+    /// OTLP over gRPC.
+    Grpc,
+}
+
+/// What the exported spans say of this process, and which of them leave.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracingOptions {
+    /// `service.name`.
+    pub service_name: String,
+    /// `service.namespace`; none when empty.
+    pub service_namespace: String,
+    /// `service.instance.id`; a random UUID v4 when empty.
+    pub service_instance_id: String,
+    /// The exporter's transport; endpoint, headers and TLS come from the
+    /// standard `OTEL_EXPORTER_OTLP_*` variables, which it reads itself.
+    pub protocol: ExportProtocol,
+    /// The trace-id ratio sampled (≥ 1 all, ≤ 0 none), parent-based.
+    pub sampling_rate: f64,
+}
+
 /// The tracer provider for `settings`. Call inside the tokio runtime (the
 /// gRPC exporter's channel lives on it).
-pub fn provider(settings: &TracingSettings) -> Result<SdkTracerProvider, TelemetryError> {
-    let exporter = match settings.exporter_protocol {
-        TracingProtocol::Http => SpanExporter::builder()
+pub fn provider(settings: &TracingOptions) -> Result<SdkTracerProvider, TelemetryError> {
+    let exporter = match settings.protocol {
+        ExportProtocol::Http => SpanExporter::builder()
             .with_http()
             .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
             .build(),
-        TracingProtocol::Grpc => SpanExporter::builder().with_tonic().build(),
+        ExportProtocol::Grpc => SpanExporter::builder().with_tonic().build(),
     }
     .map_err(|e| TelemetryError(e.to_string()))?;
     let instance = if settings.service_instance_id.is_empty() {

@@ -46,8 +46,8 @@ pub use server::{
 pub use source::{Env, MapSource, NotUnicode, Source};
 pub use stats::StatsSettings;
 pub use store::{
-    BackendType, ClientTlsSettings, MemcacheSettings, PoolOnEmptyBehavior, RedisBackendSettings,
-    RedisSettings, RedisType, StoreFailureSettings,
+    BackendType, ClientTlsSettings, FailureModeSetting, MemcacheSettings, PoolOnEmptyBehavior,
+    RedisBackendSettings, RedisSettings, RedisType, StoreFailureSettings,
 };
 pub use vars::{Kind, Support, VarSpec, EXTENSIONS, VARS};
 
@@ -315,7 +315,7 @@ mod tests {
                 timeout: Duration::from_millis(50),
                 breaker_failures: 5,
                 breaker_cooldown: Duration::from_secs(1),
-                failure_mode: crate::config::FailureMode::Error,
+                failure_mode: FailureModeSetting::Error,
                 fallback_share: 0.1,
             }
         );
@@ -329,7 +329,7 @@ mod tests {
         .store_failure;
         assert_eq!(s.timeout, Duration::from_millis(5));
         assert_eq!(s.breaker_failures, 0, "0 disables the breaker");
-        assert_eq!(s.failure_mode, crate::config::FailureMode::Open);
+        assert_eq!(s.failure_mode, FailureModeSetting::Open);
         assert_eq!(s.fallback_share, 0.25);
         assert_eq!(
             errors(&[

@@ -263,9 +263,35 @@ pub struct StoreFailureSettings {
     /// How long an open breaker waits before one probe.
     pub breaker_cooldown: Duration,
     /// The mode of a rule that sets no `failure_mode`.
-    pub failure_mode: crate::config::FailureMode,
+    pub failure_mode: FailureModeSetting,
     /// An open rule's default floor as a share of its limit, in (0, 1].
     pub fallback_share: f64,
+}
+
+/// `STORE_FAILURE_MODE`: what a rule that sets no `failure_mode` does when
+/// the store cannot answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailureModeSetting {
+    /// `error`: the call fails, as the original's does.
+    #[default]
+    Error,
+    /// `open`: allowed up to a local floor.
+    Open,
+    /// `closed`: denied.
+    Closed,
+}
+
+impl std::str::FromStr for FailureModeSetting {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<FailureModeSetting, ()> {
+        match s {
+            "error" => Ok(FailureModeSetting::Error),
+            "open" => Ok(FailureModeSetting::Open),
+            "closed" => Ok(FailureModeSetting::Closed),
+            _ => Err(()),
+        }
+    }
 }
 
 impl RedisBackendSettings {
