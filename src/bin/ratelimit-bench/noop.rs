@@ -14,7 +14,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{
 
 use ratelimit::go::cli::FlagSet;
 
-use super::{parse_duration, parse_flags, string_flag, Failure, LoadConfig, MIN_NOOP_LIFE};
+use super::flags::{parse_duration, parse_flags, string_flag, LoadConfig};
+use super::{Failure, MIN_NOOP_LIFE};
 
 #[derive(Debug, Default)]
 struct Noop {
