@@ -29,23 +29,24 @@
 //! holds a key of fails the work, as [`StoreErrorKind::Unavailable`].
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::Hasher;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 use super::{
     Answer, Decided, Limit, OriginalWindow, Policy, Reply, Store, StoreError, StoreErrorKind, Work,
 };
-use crate::config::tree::RuleId;
 use crate::limiter::{Algorithm, Clock, Decision, Limiter, LimiterState, WindowCount};
 
 mod shares;
+mod table;
 
-use shares::{owner_hash, Owner, Seen, Shares};
+use shares::{owner_hash, Owner};
+use table::{Locked, Shard, Table};
 
 const SHARDS: usize = 64;
 
@@ -55,128 +56,6 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
 /// What a work that finds its shard full fails with.
 pub const FULL: &str = "the memory store holds MEMORY_MAX_KEYS keys";
-
-/// A counter of the original's: its value, the Unix second at which it
-/// expires, its rule, and whether it was hit lately.
-#[derive(Debug, Clone, Copy)]
-struct Counter {
-    count: u64,
-    expires_at: u64,
-    owner: Owner,
-    /// Hit since a full shard last passed over it (see [`shares`]).
-    used: bool,
-}
-
-/// The keys are already uniform hashes: use their low bits as the hash.
-#[derive(Debug, Default, Clone, Copy)]
-struct PassThrough(u64);
-
-impl Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | u64::from(b);
-        }
-    }
-    fn write_u128(&mut self, n: u128) {
-        self.0 = n as u64;
-    }
-}
-
-type Table<V> = HashMap<u128, V, BuildHasherDefault<PassThrough>>;
-
-/// The state of one opt-in limit's key and when it may be dropped.
-#[derive(Debug, Clone)]
-struct Slot {
-    state: LimiterState,
-    /// Since the Unix epoch; past it the key is as good as absent.
-    expires_at: Duration,
-    /// Its rule.
-    owner: Owner,
-    /// Hit since a full shard last passed over it (see [`shares`]).
-    used: bool,
-}
-
-/// One shard: the original's counters (24 bytes a value) and the opt-in
-/// limits' states, and each rule's holdings, under one lock.
-#[derive(Debug, Default)]
-struct Shard {
-    counters: Table<Counter>,
-    states: Table<Slot>,
-    shares: Shares,
-    /// When a full shard last dropped its expired keys.
-    swept_at: Duration,
-}
-
-impl Shard {
-    fn len(&self) -> usize {
-        self.counters.len() + self.states.len()
-    }
-
-    fn holds(&self, id: u128) -> bool {
-        self.counters.contains_key(&id) || self.states.contains_key(&id)
-    }
-
-    /// Drops the expired keys; how many.
-    fn drop_expired(&mut self, now: Duration) -> usize {
-        let now_secs = now.as_secs();
-        let Shard {
-            counters,
-            states,
-            shares,
-            ..
-        } = self;
-        let dropped = retain(counters, |c| {
-            let live = c.expires_at > now_secs;
-            if !live {
-                shares.removed(c.owner);
-            }
-            live
-        }) + retain(states, |slot| {
-            let live = slot.expires_at > now;
-            if !live {
-                shares.removed(slot.owner);
-            }
-            live
-        });
-        shares.compact(|id| counters.contains_key(&id) || states.contains_key(&id));
-        dropped
-    }
-
-    /// Makes room for a new key of `owner` in this full shard: the rule
-    /// that holds the most keys gives up its least recently used one (see
-    /// `shares.rs`). Which rule gave way,
-    /// or `None` when no rule holds a key here.
-    fn evict_for(&mut self, owner: Owner) -> Option<Owner> {
-        let victim = self.shares.victim(owner)?;
-        let Shard {
-            counters,
-            states,
-            shares,
-            ..
-        } = self;
-        let seen = |id: u128| {
-            let mark = match counters.get_mut(&id) {
-                Some(c) => Some((c.owner, &mut c.used)),
-                None => states.get_mut(&id).map(|s| (s.owner, &mut s.used)),
-            };
-            match mark {
-                Some((owner, used)) if owner == victim => match std::mem::take(used) {
-                    true => Seen::Used,
-                    false => Seen::Unused,
-                },
-                _ => Seen::Gone,
-            }
-        };
-        let id = shares.oldest_of(victim, seen)?;
-        if counters.remove(&id).is_none() {
-            states.remove(&id);
-        }
-        Some(victim)
-    }
-}
 
 /// In-process limit state. Cheap to share: wrap it in an `Arc`.
 #[derive(Debug)]
@@ -358,155 +237,6 @@ impl MemoryStore {
             }
         });
         SweeperGuard(task)
-    }
-}
-
-/// Keeps the entries `live` accepts, giving table memory back once a table
-/// is mostly empty; returns how many were removed.
-fn retain<V>(map: &mut Table<V>, mut live: impl FnMut(&V) -> bool) -> usize {
-    let before = map.len();
-    map.retain(|_, v| live(v));
-    if map.capacity() > 64 && map.len() < map.capacity() / 4 {
-        map.shrink_to_fit();
-    }
-    before - map.len()
-}
-
-/// The shards of a work, locked in index order (so that two works can never
-/// deadlock) for one atomic step.
-struct Locked<'a>(Vec<(usize, MutexGuard<'a, Shard>)>);
-
-impl<'a> Locked<'a> {
-    fn new(shards: &'a [Mutex<Shard>], ids: &[u128]) -> Locked<'a> {
-        let mut wanted = [false; SHARDS];
-        for &id in ids {
-            wanted[MemoryStore::shard_of(id)] = true;
-        }
-        let mut guards = Vec::with_capacity(ids.len().min(SHARDS));
-        for (i, shard) in shards.iter().enumerate() {
-            if wanted[i] {
-                guards.push((i, shard.lock()));
-            }
-        }
-        Locked(guards)
-    }
-
-    fn shard(&mut self, id: u128) -> &mut Shard {
-        let i = MemoryStore::shard_of(id);
-        let at = self
-            .0
-            .iter()
-            .position(|(s, _)| *s == i)
-            .expect("the shard of every key of the work was locked");
-        &mut self.0[at].1
-    }
-
-    /// An original counter's value now (0 once its window has ended).
-    fn counter(&mut self, id: u128, now_secs: u64) -> u64 {
-        match self.shard(id).counters.get(&id) {
-            Some(c) if c.expires_at > now_secs => c.count,
-            _ => 0,
-        }
-    }
-
-    /// Adds `hits` to an original counter (a fresh one once its window has
-    /// ended) in one lookup; its value after.
-    fn count(
-        &mut self,
-        id: u128,
-        hits: u64,
-        w: &OriginalWindow,
-        now_secs: u64,
-        owner: Option<&RuleId>,
-    ) -> u64 {
-        let fresh = Counter {
-            count: 0,
-            expires_at: w.window.start + w.window.length,
-            owner: owner_hash(owner),
-            used: false,
-        };
-        let shard = self.shard(id);
-        let c = match shard.counters.entry(id) {
-            std::collections::hash_map::Entry::Occupied(e) => {
-                let c = e.into_mut();
-                c.used = true;
-                c
-            }
-            std::collections::hash_map::Entry::Vacant(e) => {
-                shard.shares.added(id, owner);
-                e.insert(fresh)
-            }
-        };
-        if c.expires_at <= now_secs {
-            *c = Counter {
-                owner: c.owner,
-                ..fresh
-            };
-        }
-        c.count = c.count.saturating_add(hits);
-        c.count
-    }
-
-    fn set_counter(&mut self, id: u128, count: u64, w: &OriginalWindow, owner: Option<&RuleId>) {
-        let expires_at = w.window.start + w.window.length;
-        let shard = self.shard(id);
-        match shard.counters.get_mut(&id) {
-            // The key keeps the rule it was added for.
-            Some(c) => {
-                (c.count, c.expires_at, c.used) = (count, expires_at, true);
-            }
-            None => {
-                shard.shares.added(id, owner);
-                let counter = Counter {
-                    count,
-                    expires_at,
-                    owner: owner_hash(owner),
-                    used: false,
-                };
-                shard.counters.insert(id, counter);
-            }
-        }
-    }
-
-    /// An opt-in limit's state now (`None` once it has expired).
-    fn state(&mut self, id: u128, now: Duration) -> Option<LimiterState> {
-        self.shard(id)
-            .states
-            .get(&id)
-            .filter(|slot| slot.expires_at > now)
-            .map(|slot| slot.state.clone())
-    }
-
-    fn set_state(
-        &mut self,
-        id: u128,
-        limiter: &Limiter,
-        state: LimiterState,
-        now: Duration,
-        owner: Option<&RuleId>,
-    ) {
-        let expires_at = now + limiter.expires_after(&state, now);
-        let shard = self.shard(id);
-        match shard.states.get_mut(&id) {
-            Some(slot) => {
-                slot.state = state;
-                slot.expires_at = expires_at;
-                slot.used = true;
-            }
-            None => {
-                let owner_of = owner_hash(owner);
-                shard.shares.added(id, owner);
-                shard.states.insert(
-                    id,
-                    Slot {
-                        state,
-                        expires_at,
-                        owner: owner_of,
-                        used: false,
-                    },
-                );
-            }
-        }
     }
 }
 
@@ -743,6 +473,7 @@ fn window_count(state: &Option<LimiterState>) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::tree::RuleId;
     use crate::limiter::fixed_window::Window;
     use crate::limiter::ManualClock;
     use crate::store::{testing::RunItems, Item};
