@@ -411,6 +411,30 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn an_open_circuit_refuses_only_its_own_nodes_items() {
+        let (b, store) = breaker();
+        store.set(Behaviour::Refuse);
+        for _ in 0..3 {
+            b.execute(&work_on("bad", 5), None).await;
+        }
+        assert!(b.is_open(&NodeId::new("bad")));
+        store.set(Behaviour::Answer);
+        // One work across both nodes: the healthy node's item is sent and
+        // decided, the bad node's refused without a call.
+        let mut work = work_on("bad", 5);
+        let mut healthy = work.items[0].clone();
+        healthy.key = "other".into();
+        healthy.node = Some(NodeId::new("good"));
+        work.items.push(healthy);
+        let calls = store.calls();
+        let r = b.execute(&work, None).await;
+        assert_eq!(kind(&r), Some(StoreErrorKind::CircuitOpen));
+        assert!(r.answers[1].is_ok(), "the healthy node decides: {r:?}");
+        assert_eq!(store.calls(), calls + 1, "one call, for the healthy node");
+        assert!(!b.is_open(&NodeId::new("good")));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn board_steps_share_the_nodes_circuit_with_its_items() {
         use crate::resilience::testing::board_work_on;
         let (b, store) = breaker();

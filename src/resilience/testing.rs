@@ -41,8 +41,16 @@ pub(crate) struct Scripted {
 
 impl Scripted {
     pub(crate) fn new() -> Scripted {
+        Scripted::on(Arc::new(MemoryStore::new(Arc::new(ManualClock::at_secs(
+            1_000_000,
+        )))))
+    }
+
+    /// A scripted store that answers from `memory` (which other stores or
+    /// clones may share, as instances share one Redis).
+    pub(crate) fn on(memory: Arc<MemoryStore>) -> Scripted {
         Scripted {
-            memory: Arc::new(MemoryStore::new(Arc::new(ManualClock::at_secs(1_000_000)))),
+            memory,
             behaviour: Arc::new(AtomicU8::new(Behaviour::Answer as u8)),
             calls: Arc::new(AtomicU64::new(0)),
         }
@@ -62,6 +70,8 @@ impl Scripted {
 impl Store for Scripted {
     async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        // A round trip: other callers run meanwhile.
+        tokio::task::yield_now().await;
         match self.behaviour.load(Ordering::SeqCst) {
             0 => self.memory.execute(work, deadline).await,
             1 => Reply::failed(

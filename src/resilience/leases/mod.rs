@@ -621,46 +621,20 @@ impl<S: Store + 'static> Store for Leases<S> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicU64, Ordering};
-
     use super::*;
     use crate::limiter::{AlgorithmName, Limiter, ManualClock};
+    use crate::resilience::testing::{Behaviour, Scripted};
     use crate::store::{testing::RunItems, MemoryStore};
 
     const MS: Duration = Duration::from_millis(1);
 
-    /// Counts the calls that reach the store; while `down`, fails them.
-    #[derive(Debug)]
-    struct Counting {
-        inner: Arc<MemoryStore>,
-        calls: Arc<AtomicU64>,
-        down: Arc<std::sync::atomic::AtomicBool>,
-    }
-
-    #[async_trait]
-    impl Store for Counting {
-        async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
-            self.calls.fetch_add(1, Ordering::Relaxed);
-            // A round trip: other requests run meanwhile.
-            tokio::task::yield_now().await;
-            if self.down.load(Ordering::Relaxed) {
-                let e = StoreError::new(StoreErrorKind::Unavailable, "down");
-                return Reply::failed(work.len(), &e);
-            }
-            self.inner.execute(work, deadline).await
-        }
-
-        async fn share(&self, work: &BoardWork, deadline: Option<Instant>) -> BoardReply {
-            self.inner.share(work, deadline).await
-        }
-    }
-
+    /// Instances on one store: each node's lease layer over a clone of one
+    /// scripted store, which counts every call that reaches it.
     struct Fleet {
         clock: Arc<ManualClock>,
         store: Arc<MemoryStore>,
-        calls: Arc<AtomicU64>,
-        down: Arc<std::sync::atomic::AtomicBool>,
-        nodes: Vec<Leases<Counting>>,
+        scripted: Scripted,
+        nodes: Vec<Leases<Scripted>>,
     }
 
     fn fleet(nodes: usize) -> Fleet {
@@ -674,23 +648,14 @@ mod tests {
     fn fleet_with(nodes: usize, options: LeaseOptions) -> Fleet {
         let clock = Arc::new(ManualClock::at_secs(1_000_000));
         let store = Arc::new(MemoryStore::new(clock.clone()));
-        let calls = Arc::new(AtomicU64::new(0));
-        let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let scripted = Scripted::on(Arc::clone(&store));
         let nodes = (0..nodes)
-            .map(|_| {
-                let counting = Counting {
-                    inner: Arc::clone(&store),
-                    calls: Arc::clone(&calls),
-                    down: Arc::clone(&down),
-                };
-                Leases::new(counting, options, clock.clone())
-            })
+            .map(|_| Leases::new(scripted.clone(), options, clock.clone()))
             .collect();
         Fleet {
             clock,
             store,
-            calls,
-            down,
+            scripted,
             nodes,
         }
     }
@@ -714,7 +679,7 @@ mod tests {
         }
     }
 
-    async fn admitted(node: &Leases<Counting>, check: &Item) -> bool {
+    async fn admitted(node: &Leases<Scripted>, check: &Item) -> bool {
         let reply = node
             .run(std::slice::from_ref(check), Policy::Commit)
             .await
@@ -737,7 +702,7 @@ mod tests {
                 yes += u64::from(admitted(&f.nodes[0], &check).await);
                 f.clock.advance(MS);
             }
-            let calls = f.calls.load(Ordering::Relaxed);
+            let calls = f.scripted.calls();
             // A token bucket refills 2,000/min: 166 more over the 5 s.
             let limit = if a == AlgorithmName::TokenBucket {
                 2_166
@@ -764,14 +729,14 @@ mod tests {
         let now = f.clock.now();
         let held = f.nodes[0].table.held("k", now);
         assert!(held > 0, "a lease is out");
-        let calls = f.calls.load(Ordering::Relaxed);
+        let calls = f.scripted.calls();
         let back = check.clone().giving_back();
         let reply = f.nodes[0]
             .run(&[back.clone(), back], Policy::Commit)
             .await
             .expect("answered");
         assert!(reply.results.iter().all(|r| r.decision.is_allowed()));
-        assert_eq!(f.calls.load(Ordering::Relaxed), calls, "no store call");
+        assert_eq!(f.scripted.calls(), calls, "no store call");
         assert_eq!(
             f.nodes[0].table.held("k", now),
             held + 2,
@@ -783,7 +748,7 @@ mod tests {
             .run(&[other.giving_back()], Policy::Commit)
             .await
             .expect("answered");
-        assert_eq!(f.calls.load(Ordering::Relaxed), calls + 1);
+        assert_eq!(f.scripted.calls(), calls + 1);
         // The lease's tokens, the refunds with them, go back when it ends.
         let returned = f.nodes[0].return_all().await;
         assert_eq!(returned, held + 2);
@@ -837,15 +802,11 @@ mod tests {
             yes += u64::from(admitted(&f.nodes[0], &small).await);
         }
         assert_eq!(yes, 20);
-        let before = f.calls.load(Ordering::Relaxed);
+        let before = f.scripted.calls();
         for _ in 0..100 {
             assert!(!admitted(&f.nodes[0], &small).await);
         }
-        assert_eq!(
-            f.calls.load(Ordering::Relaxed),
-            before,
-            "denied from memory"
-        );
+        assert_eq!(f.scripted.calls(), before, "denied from memory");
     }
 
     #[tokio::test]
@@ -899,7 +860,7 @@ mod tests {
         warm(&f, &check, 200).await;
         let held = f.nodes[0].table().held("k", f.clock.now());
         assert!(held > 0);
-        f.down.store(true, Ordering::Relaxed);
+        f.scripted.set(Behaviour::Refuse);
         let mut local = 0;
         let mut failed = 0;
         let work = Work::new(vec![check.clone()], Policy::Commit);
@@ -970,7 +931,7 @@ mod tests {
             if sweep {
                 swept = now;
             }
-            let before = f.calls.load(Ordering::Relaxed);
+            let before = f.scripted.calls();
             if sweep {
                 for node in &f.nodes {
                     give_back(node.inner.as_ref(), node.table.ended(now, false)).await;
@@ -988,7 +949,7 @@ mod tests {
             out.ideal += u64::from(d.is_allowed());
             if !warm {
                 out.decisions += 1;
-                out.calls += f.calls.load(Ordering::Relaxed) - before;
+                out.calls += f.scripted.calls() - before;
             }
             f.clock.advance(gap);
         }
@@ -1068,11 +1029,11 @@ mod tests {
             admitted(&f.nodes[0], &check).await;
         }
         f.nodes[0].return_all().await;
-        let before = f.calls.load(Ordering::Relaxed);
+        let before = f.scripted.calls();
         let node = &f.nodes[0];
         let all = futures::future::join_all((0..64).map(|_| admitted(node, &check))).await;
         assert!(all.iter().all(|ok| *ok));
-        let calls = f.calls.load(Ordering::Relaxed) - before;
+        let calls = f.scripted.calls() - before;
         assert_eq!(calls, 1, "store calls for 64 concurrent requests");
     }
 }
