@@ -272,6 +272,108 @@ pub fn headers(
     ]
 }
 
+/// A response's statuses as its headers see them.
+#[derive(Clone, Copy)]
+pub struct Listing<'a> {
+    /// One per descriptor, in request order.
+    pub statuses: &'a [DescriptorStatus],
+    /// Each descriptor's entries (what a policy's name is made of).
+    pub entries: &'a dyn Fn(usize) -> &'a [Entry],
+    /// Whether a structured header may list descriptor `i`.
+    pub shown: &'a dyn Fn(usize) -> bool,
+    /// What `unlimited` and `replaces` made of each descriptor.
+    pub dispositions: &'a [Disposition],
+    /// Which descriptors count as quotas.
+    pub quota: &'a [bool],
+}
+
+impl std::fmt::Debug for Listing<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listing")
+            .field("statuses", &self.statuses)
+            .field("dispositions", &self.dispositions)
+            .field("quota", &self.quota)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The rate-limit headers in `format` (computed before global shadow mode
+/// turns a refusal into OK, as the original does; `refused`: the request
+/// is refused after it).
+///
+/// The structured formats list every limit that applied and is `shown`,
+/// in request order; the engine shows neither unlimited rules (no quota)
+/// nor shadow-mode rules (a limit on trial must not change how clients
+/// behave; under global `SHADOW_MODE` none is listed). Quota-mode limits
+/// are listed: they are real quotas. `Retry-After` comes with a refused
+/// request: the longest wait of its refusing limits, jitter included.
+pub fn for_response(
+    format: HeaderFormat,
+    names: &HeaderNames,
+    listing: &Listing<'_>,
+    refused: bool,
+) -> Vec<(String, String)> {
+    let Listing {
+        statuses,
+        entries,
+        shown,
+        dispositions,
+        quota,
+    } = *listing;
+    let policies = || {
+        statuses
+            .iter()
+            .enumerate()
+            .filter(move |(i, _)| shown(*i))
+            .filter_map(|(i, s)| Policy::of(s, entries(i)).map(|p| (i, p)))
+    };
+    match format {
+        HeaderFormat::Original => match chosen_status(statuses, dispositions, quota) {
+            Some(i) => {
+                let reset = statuses[i].duration_until_reset.map_or(0, ceil_seconds);
+                headers(names, &statuses[i], reset)
+            }
+            None => Vec::new(),
+        },
+        HeaderFormat::Ietf => {
+            let listed: Vec<Policy> = policies().map(|(_, p)| p).collect();
+            let retry_after = refused
+                .then(|| {
+                    statuses
+                        .iter()
+                        .filter(|s| s.code == Code::OverLimit)
+                        .filter_map(|s| s.duration_until_reset)
+                        .max()
+                        .map(ceil_seconds)
+                })
+                .flatten();
+            ietf(&listed, retry_after)
+        }
+        HeaderFormat::XRateLimit => {
+            let listed: Vec<(usize, Policy)> = policies().collect();
+            let chosen = chosen_status(statuses, dispositions, quota)
+                .and_then(|c| listed.iter().find(|(i, _)| *i == c))
+                .or(listed.first());
+            match chosen {
+                Some((_, chosen)) => {
+                    let all: Vec<(Policy, bool)> = listed
+                        .iter()
+                        .map(|(i, p)| {
+                            let named = statuses[*i]
+                                .current_limit
+                                .as_ref()
+                                .is_some_and(|l| !l.name.is_empty());
+                            (p.clone(), named)
+                        })
+                        .collect();
+                    x_ratelimit(chosen, &all)
+                }
+                None => Vec::new(),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,9 +16,10 @@ pub mod aggregate;
 mod audited;
 pub mod dynamic_metadata;
 pub mod headers;
-mod hot_keys;
 pub mod local_cache;
+mod observe;
 mod plan;
+mod respond;
 mod status;
 pub mod types;
 
@@ -169,18 +170,20 @@ pub struct Engine {
 }
 
 /// A request's descriptors matched to their rules.
-struct Matched {
+pub(super) struct Matched {
     /// Each descriptor's limit (`None`: no rule, or replaced); taken by the
     /// store phase.
-    limits: Vec<Option<MatchedLimit>>,
+    pub(super) limits: Vec<Option<MatchedLimit>>,
     /// What `unlimited` and `replaces` made of each descriptor.
-    dispositions: Vec<Disposition>,
+    pub(super) dispositions: Vec<Disposition>,
     /// Which descriptors count as quotas.
-    quota: Vec<bool>,
+    pub(super) quota: Vec<bool>,
     /// Each matched rule's metadata.
-    metadata: Vec<Option<Arc<crate::config::Metadata>>>,
+    pub(super) metadata: Vec<Option<Arc<crate::config::Metadata>>>,
     /// Which descriptors matched a shadow-mode rule.
-    shadow: Vec<bool>,
+    pub(super) shadow: Vec<bool>,
+    /// How many descriptors named a domain no config holds.
+    pub(super) unknown_domain: usize,
 }
 
 impl Engine {
@@ -293,8 +296,18 @@ impl Engine {
         // original's windows take it.
         let at = self.clock.now();
         let mut matched = self.lookup(&config, request).await?;
-        let statuses = self.limit(request, &mut matched, at, deadline).await?;
-        Ok(self.respond(request, &matched, statuses))
+        let (statuses, plan) = self.limit(request, &mut matched, at, deadline).await?;
+        let response = respond::respond(&self.options, &self.stats, request, &matched, statuses);
+        observe::observe(
+            &self.stats,
+            self.top_keys.as_deref(),
+            request,
+            matched.unknown_domain,
+            &plan,
+            &self.options.cache_key_prefix,
+            at,
+        );
+        Ok(response)
     }
 
     /// The size caps: at most `max_descriptors` descriptors of at most
@@ -329,6 +342,7 @@ impl Engine {
         request: &RateLimitRequest,
     ) -> Result<Matched, ServiceError> {
         let mut limits = Vec::with_capacity(request.descriptors.len());
+        let mut unknown_domain = 0;
         for (index, d) in request.descriptors.iter().enumerate() {
             if index % SLICE == SLICE - 1 {
                 tokio::task::yield_now().await;
@@ -344,7 +358,7 @@ impl Engine {
                 Lookup::Limit(m) => Some(m),
                 Lookup::NoLimit => None,
                 Lookup::DomainNotFound => {
-                    self.stats.domain_not_found(&request.domain);
+                    unknown_domain += 1;
                     None
                 }
             });
@@ -372,6 +386,7 @@ impl Engine {
             quota,
             metadata,
             shadow,
+            unknown_domain,
         })
     }
 
@@ -385,7 +400,7 @@ impl Engine {
         matched: &mut Matched,
         at: Duration,
         deadline: Option<tokio::time::Instant>,
-    ) -> Result<Vec<DescriptorStatus>, ServiceError> {
+    ) -> Result<(Vec<DescriptorStatus>, plan::Plan), ServiceError> {
         let now = at.as_secs();
         let options = plan::PlanOptions {
             prefix: &self.options.cache_key_prefix,
@@ -415,7 +430,6 @@ impl Engine {
                     .as_ref()
                     .is_some_and(|c| c.is_over_limit(key, now))
             };
-            let planned = plan.descriptors.len();
             plan.add(
                 request,
                 index,
@@ -426,9 +440,6 @@ impl Engine {
                 &options,
                 cached_over,
             );
-            if let (Some(top), Some(added)) = (&self.top_keys, plan.descriptors.get(planned)) {
-                hot_keys::count(top, request, added, &plan.work.items, options.prefix, at);
-            }
         }
         plan.settle(&options);
         let subjects = plan.work.len();
@@ -502,135 +513,7 @@ impl Engine {
                 self.local_cache.as_ref(),
             );
         }
-        Ok(statuses)
-    }
-
-    /// The overall code, headers, shadow mode and metadata around `statuses`.
-    fn respond(
-        &self,
-        request: &RateLimitRequest,
-        matched: &Matched,
-        mut statuses: Vec<DescriptorStatus>,
-    ) -> RateLimitResponse {
-        let (dispositions, quota) = (&matched.dispositions, &matched.quota);
-        self.jitter_refusals(&mut statuses);
-        let (mut overall, passed) = aggregate::overall_code(&statuses, dispositions, quota);
-        let response_headers_to_add = match &self.options.response_headers {
-            Some(names) => self.headers(request, matched, &statuses, overall, names),
-            None => Vec::new(),
-        };
-        if overall == Code::OverLimit && self.options.shadow_mode {
-            overall = Code::Ok;
-            self.stats.global_shadow_mode();
-        }
-        let dynamic_metadata = self.options.response_dynamic_metadata.then(|| {
-            let refs: Vec<_> = matched.metadata.iter().map(|m| m.as_deref()).collect();
-            dynamic_metadata::build(request, &refs, &passed)
-        });
-        RateLimitResponse {
-            overall_code: overall,
-            statuses,
-            response_headers_to_add,
-            dynamic_metadata,
-        }
-    }
-
-    /// `RETRY_AFTER_JITTER`: each OVER_LIMIT status waits a uniformly random
-    /// `[0, jitter)` longer, so refused clients do not all return at one
-    /// instant; never earlier than the real reset.
-    fn jitter_refusals(&self, statuses: &mut [DescriptorStatus]) {
-        let jitter = self.options.retry_after_jitter;
-        if jitter.is_zero() {
-            return;
-        }
-        for s in statuses.iter_mut().filter(|s| s.code == Code::OverLimit) {
-            if let Some(d) = &mut s.duration_until_reset {
-                *d += jitter.mul_f64(rand::random::<f64>());
-            }
-        }
-    }
-
-    /// The rate-limit headers in the configured format (computed before
-    /// global shadow mode turns a refusal into OK, as the original does).
-    ///
-    /// The structured formats list every limit that applied, in request
-    /// order, except unlimited rules (no quota) and shadow-mode rules (a
-    /// limit on trial must not change how clients behave; under global
-    /// `SHADOW_MODE` none is listed). Quota-mode limits are listed: they are
-    /// real quotas. `Retry-After` comes with a refused request: the longest
-    /// wait of its refusing limits, jitter included.
-    fn headers(
-        &self,
-        request: &RateLimitRequest,
-        matched: &Matched,
-        statuses: &[DescriptorStatus],
-        overall: Code,
-        names: &HeaderNames,
-    ) -> Vec<(String, String)> {
-        let (dispositions, quota) = (&matched.dispositions, &matched.quota);
-        let shown = |i: usize| {
-            !self.options.shadow_mode
-                && !matched.shadow[i]
-                && dispositions[i] != Disposition::Unlimited
-        };
-        let policies = || {
-            statuses
-                .iter()
-                .enumerate()
-                .filter(move |(i, _)| shown(*i))
-                .filter_map(|(i, s)| {
-                    headers::Policy::of(s, &request.descriptors[i].entries).map(|p| (i, p))
-                })
-        };
-        match self.options.header_format {
-            HeaderFormat::Original => match headers::chosen_status(statuses, dispositions, quota) {
-                Some(i) => {
-                    let reset = statuses[i]
-                        .duration_until_reset
-                        .map_or(0, headers::ceil_seconds);
-                    headers::headers(names, &statuses[i], reset)
-                }
-                None => Vec::new(),
-            },
-            HeaderFormat::Ietf => {
-                let listed: Vec<headers::Policy> = policies().map(|(_, p)| p).collect();
-                // Global shadow mode answers OK: nothing to retry.
-                let refused = overall == Code::OverLimit && !self.options.shadow_mode;
-                let retry_after = refused
-                    .then(|| {
-                        statuses
-                            .iter()
-                            .filter(|s| s.code == Code::OverLimit)
-                            .filter_map(|s| s.duration_until_reset)
-                            .max()
-                            .map(headers::ceil_seconds)
-                    })
-                    .flatten();
-                headers::ietf(&listed, retry_after)
-            }
-            HeaderFormat::XRateLimit => {
-                let listed: Vec<(usize, headers::Policy)> = policies().collect();
-                let chosen = headers::chosen_status(statuses, dispositions, quota)
-                    .and_then(|c| listed.iter().find(|(i, _)| *i == c))
-                    .or(listed.first());
-                match chosen {
-                    Some((_, chosen)) => {
-                        let all: Vec<(headers::Policy, bool)> = listed
-                            .iter()
-                            .map(|(i, p)| {
-                                let named = statuses[*i]
-                                    .current_limit
-                                    .as_ref()
-                                    .is_some_and(|l| !l.name.is_empty());
-                                (p.clone(), named)
-                            })
-                            .collect();
-                        headers::x_ratelimit(chosen, &all)
-                    }
-                    None => Vec::new(),
-                }
-            }
-        }
+        Ok((statuses, plan))
     }
 }
 

@@ -42,6 +42,14 @@ pub struct KeyInfo {
     pub lease_keys: Vec<String>,
 }
 
+/// A counted key that may join the list ([`TopKeys::count`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidacy {
+    hash: u64,
+    estimate: u32,
+    epoch: u64,
+}
+
 /// One row of `/hotkeys`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HotKey {
@@ -168,19 +176,51 @@ impl TopKeys {
     }
 
     /// Counts one decision of the key `hash` at `now`; `info` is called
-    /// only if the key joins the list.
+    /// only if the key joins the list ([`TopKeys::count`], then
+    /// [`TopKeys::offer`]).
     pub fn record(&self, hash: u64, now: Duration, info: impl FnOnce() -> KeyInfo) {
-        let e = self.roll(now);
-        let sketch = &self.sketches[(e % 2) as usize];
+        if let Some(candidacy) = self.count(hash, now) {
+            self.offer(candidacy, info());
+        }
+    }
+
+    /// Counts one decision of the key `hash` at `now`. `Some` when the key
+    /// is not listed and its count may win it a place: describe it and
+    /// [`TopKeys::offer`] it (at most one decision in 32 of a key above the
+    /// list's smallest, so describing costs nothing on the common path).
+    pub fn count(&self, hash: u64, now: Duration) -> Option<Candidacy> {
+        let epoch = self.roll(now);
+        let sketch = &self.sketches[(epoch % 2) as usize];
         let estimate = sketch.add(hash);
         if estimate <= self.threshold.load(Ordering::Relaxed) || estimate % 32 != 1 {
-            return;
+            return None;
         }
+        let listed = self.listed.lock().unwrap_or_else(|p| p.into_inner());
+        if listed.candidates.iter().any(|c| c.hash == hash) {
+            self.raise_threshold(&listed, sketch);
+            return None;
+        }
+        Some(Candidacy {
+            hash,
+            estimate,
+            epoch,
+        })
+    }
+
+    /// Lists a counted key described by `info` if it is still unlisted and
+    /// counts more than the list's smallest (or the list has room).
+    pub fn offer(&self, candidacy: Candidacy, info: KeyInfo) {
+        let Candidacy {
+            hash,
+            estimate,
+            epoch,
+        } = candidacy;
+        let sketch = &self.sketches[(epoch % 2) as usize];
         let mut listed = self.listed.lock().unwrap_or_else(|p| p.into_inner());
         if !listed.candidates.iter().any(|c| c.hash == hash) {
             let candidate = Candidate {
                 hash,
-                info: Arc::new(info()),
+                info: Arc::new(info),
             };
             if listed.candidates.len() < self.k {
                 listed.candidates.push(candidate);
@@ -196,6 +236,11 @@ impl TopKeys {
                 }
             }
         }
+        self.raise_threshold(&listed, sketch);
+    }
+
+    /// A full list's smallest count is what a key must pass to join it.
+    fn raise_threshold(&self, listed: &Listed, sketch: &Sketch) {
         if listed.candidates.len() == self.k {
             let smallest = listed
                 .candidates

@@ -1,28 +1,54 @@
-//! A request's descriptors counted in the hot-key sketch, from what the plan
-//! built for them: the descriptor's key part (the same text two descriptors
-//! share exactly when they share counters) is the entry's identity, and its
-//! leased items' keys are the keys whose leases `/hotkeys` reads.
+//! What a decided request tells the instance about its traffic, recorded
+//! once its answer is built: the descriptors of an unknown domain
+//! (`domain_not_found`), and each planned descriptor counted in the
+//! hot-key sketch. A hot key is known by its descriptor's key part (the
+//! same text two descriptors share exactly when they share counters), and
+//! its leased items' keys are the keys whose leases `/hotkeys` reads.
 
 use std::time::Duration;
 
-use super::plan::Planned;
+use super::plan::{Plan, Planned};
 use super::types::RateLimitRequest;
-use crate::hotkeys::top::KeyInfo;
+use crate::hotkeys::top::{Candidacy, KeyInfo};
 use crate::hotkeys::TopKeys;
+use crate::metrics::Stats;
 use crate::store::Item;
 
-/// Counts one decision of `planned` (whose items are `items`). The entry's
-/// description is built only when the key enters the top list.
-pub(super) fn count(
-    top: &TopKeys,
+/// Records what `request`, decided through `plan`, tells: `unknown`
+/// descriptors of a domain no config holds, and with `top` each planned
+/// descriptor's decision at `at`. A key's description is built only when
+/// it may join the top list.
+pub(super) fn observe(
+    stats: &Stats,
+    top: Option<&TopKeys>,
     request: &RateLimitRequest,
-    planned: &Planned,
-    items: &[Item],
+    unknown: usize,
+    plan: &Plan,
     prefix: &str,
     at: Duration,
 ) {
-    let hash = top.hash_of([planned.key.as_str()]);
-    top.record(hash, at, || describe(request, planned, items, prefix));
+    // The keys that may join the top list, described while the plan is at
+    // hand; then the statistics, then the list.
+    let offers: Vec<(Candidacy, KeyInfo)> = top.map_or_else(Vec::new, |top| {
+        plan.descriptors
+            .iter()
+            .filter_map(|planned| {
+                let candidacy = top.count(top.hash_of([planned.key.as_str()]), at)?;
+                Some((
+                    candidacy,
+                    describe(request, planned, &plan.work.items, prefix),
+                ))
+            })
+            .collect()
+    });
+    for _ in 0..unknown {
+        stats.domain_not_found(&request.domain);
+    }
+    if let Some(top) = top {
+        for (candidacy, info) in offers {
+            top.offer(candidacy, info);
+        }
+    }
 }
 
 /// What `/hotkeys` shows of a descriptor: its entries as the counters see
