@@ -184,7 +184,7 @@ pub(super) fn grpc_admission(l: &ListenerSettings) -> Admission {
 }
 
 /// The gRPC workers `GRPC_WORKERS` asks for (0: the shared runtime).
-/// `auto` is what measured best on a small machine (README, Performance):
+/// `auto` is what measured best on a small machine (docs/performance.md):
 /// one per core when the process may use two cores or more; on one core
 /// the shared runtime, which keeps the light-load latency lower there.
 pub(super) fn grpc_workers(settings: &Settings) -> usize {

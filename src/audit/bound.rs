@@ -1,6 +1,7 @@
 //! What each rule promises, in the terms the audit measures: the most it
 //! may admit in a trailing window of its contract, and whether it may
-//! refuse what the contract admits. The texts are the README's bounds.
+//! refuse what the contract admits. The texts are the bounds that
+//! docs/algorithms.md states for each algorithm.
 
 use crate::limiter::AlgorithmName;
 

@@ -1,4 +1,4 @@
-//! Phase A.2: the original's key check over the whole document.
+//! The original's key check over the whole document, before decoding.
 //!
 //! Every mapping key at every depth (outside `metadata`) must be a string
 //! from one flat set; every list must hold only mappings; every leaf must be a
@@ -27,7 +27,7 @@ pub const VALID_KEYS: &[&str] = &[
     "value_to_metric",
     "share_threshold",
     "metadata",
-    // Extensions (opt-in; see the README's "Algorithms").
+    // Extensions (opt-in; docs/algorithms.md).
     "algorithm",
     "burst",
     "unit_multiplier",

@@ -1,4 +1,4 @@
-//! Phase A.3: typed decoding of a checked document into the raw model.
+//! Typed decoding of a document that passed the key check into the raw model.
 //!
 //! The structs mirror the YAML and carry the
 //! line of each node for error messages. Decoding follows yaml.v2 into the

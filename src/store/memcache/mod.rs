@@ -13,7 +13,8 @@
 //! read the same count and a burst can overshoot by the requests in flight
 //! (read-then-increment is not atomic in memcache's text protocol).
 //!
-//! Differences from the original, each compatible (see the README):
+//! Differences from the original, each compatible (docs/differences.md
+//! lists every one):
 //! - a server that cannot answer fails its own items, which the
 //!   resilience layers answer by their rules' `failure_mode` (default
 //!   `error`, the RLS's UNKNOWN) instead of reading 0 for every key;
