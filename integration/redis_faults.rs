@@ -498,6 +498,112 @@ async fn paused_cluster_primary_fails_only_its_keys_until_failover() {
     cluster.resume_node(port_a);
 }
 
+/// A cluster primary killed: its keys fail (or, on `open` and `closed`
+/// rules, are answered by policy) from the first refused connection on,
+/// while the other primaries' keys are decided on Redis throughout, with
+/// no store error, until and after the replica takes over. (The Cluster
+/// serves the other primaries' slots meanwhile only with
+/// `cluster-require-full-coverage no`; under Redis's default it answers
+/// every key `CLUSTERDOWN` from the moment it marks the primary failed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_cluster_primary_fails_only_its_keys() {
+    let mut cluster = RedisCluster::start();
+    for port in cluster.ports() {
+        cluster.node_cli(
+            port,
+            &["CONFIG", "SET", "cluster-require-full-coverage", "no"],
+        );
+    }
+    let seeds = cluster.seeds().join(",");
+    let window = hour_window();
+    let mut env = redis_env(&seeds);
+    env.push(("REDIS_TYPE", "cluster"));
+    let svc = Service::start(&[("rules.yaml", RULES)], &env);
+    let mut t = Timed::new(svc).await;
+
+    // A value per primary, for the `error` rule's keys.
+    let any = cluster.ports()[0];
+    let key_of = |v: &str| format!("f_error_{v}_{window}");
+    let mut by_primary: Vec<(u16, String)> = Vec::new();
+    for i in 0..256 {
+        let v = format!("v{i}");
+        let port = owner(&cluster, any, &key_of(&v));
+        if !by_primary.iter().any(|(p, _)| *p == port) {
+            by_primary.push((port, v));
+        }
+        if by_primary.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(by_primary.len(), 3, "three primaries");
+    for (_, v) in &by_primary {
+        assert_eq!(code(&t.one("error", v).await), OK);
+    }
+    let (killed, dead) = by_primary[0].clone();
+    let healthy: Vec<String> = by_primary[1..].iter().map(|(_, v)| v.clone()).collect();
+    t.times.clear();
+
+    cluster.kill_node(killed);
+    let t0 = Instant::now();
+    let (mut healthy_calls, mut healthy_errors) = (0u32, Vec::new());
+    let (mut dead_failed, mut back_at) = (0u32, None);
+    let (mut open_tries, mut open_answered) = (0u32, 0u32);
+    // Until the replica serves the dead primary's keys, then 20 rounds more;
+    // at most 30 s.
+    let mut after = 0;
+    while after < 20 && t0.elapsed() < Duration::from_secs(30) {
+        for v in &healthy {
+            healthy_calls += 1;
+            if let Err(e) = t.one("error", v).await {
+                healthy_errors.push((t0.elapsed(), e.message().to_string()));
+            }
+        }
+        match t.one("error", &dead).await {
+            Ok(_) if back_at.is_none() => back_at = Some(t0.elapsed()),
+            Ok(_) => {}
+            Err(_) => dead_failed += 1,
+        }
+        if back_at.is_none() {
+            // The dead primary's `open` rule answers from its floor.
+            open_tries += 1;
+            if t.one("open", &dead).await.is_ok() {
+                open_answered += 1;
+            }
+        } else {
+            after += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "cluster, a primary killed: its keys failed {dead_failed} times until {back_at:?}; \
+         the other primaries' keys: {} errors in {healthy_calls} calls; the open rule answered {open_answered} of {open_tries}",
+        healthy_errors.len()
+    );
+    assert_eq!(
+        open_answered, open_tries,
+        "every open call answered by policy"
+    );
+    t.report("cluster, one primary killed");
+    assert!(
+        back_at.is_some(),
+        "the replica took the dead primary's keys"
+    );
+    assert!(dead_failed > 0, "the dead primary's keys failed first");
+    assert!(
+        healthy_errors.is_empty(),
+        "no store error on the healthy primaries' keys: {} of {healthy_calls}, the first {:?}",
+        healthy_errors.len(),
+        &healthy_errors[..healthy_errors.len().min(5)]
+    );
+    for (port, _) in &by_primary[1..] {
+        assert_eq!(
+            t.svc.stat(&breaker(&format!("127.0.0.1:{port}"))),
+            0,
+            "the healthy primary {port}'s breaker is closed"
+        );
+    }
+}
+
 /// A request mixing an original window and an opt-in limit makes two store
 /// calls; they share the request's one STORE_TIMEOUT (1 s here, breaker
 /// off), so during a pause it waits one deadline, not two.

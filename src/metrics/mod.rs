@@ -81,7 +81,8 @@ pub fn memory_rule(rule: &str) -> (metrics::Gauge, metrics::Counter) {
 /// held `MEMORY_MAX_KEYS` keys (their items go to their failure policies).
 pub const MEMORY_FULL: &str = "ratelimit.memory.full";
 /// `ratelimit.store.failure` (ours): requests with an item the store could
-/// not answer (timeout, connection refused or reset, breaker open).
+/// not answer (timeout, connection refused or reset, breaker open, or an
+/// error reply).
 pub const STORE_FAILURE: &str = "ratelimit.store.failure";
 /// `ratelimit.http.connection_refused` (ours): connections to the HTTP
 /// port closed at once because `HTTP_MAX_CONNECTIONS` were open.

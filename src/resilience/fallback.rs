@@ -102,7 +102,7 @@ fn closed(error: &StoreError) -> Answer {
 fn count_failures(reply: &Reply) {
     let kinds = reply.answers.iter().filter_map(|a| a.as_ref().err());
     let (mut failed, mut timed_out, mut open) = (false, false, false);
-    for e in kinds.filter(|e| e.is_transient()) {
+    for e in kinds {
         failed = true;
         timed_out |= e.kind == StoreErrorKind::Timeout;
         open |= e.kind == StoreErrorKind::CircuitOpen;
@@ -136,10 +136,11 @@ impl<S: Store> Store for Fallback<S> {
         let mut floors = Vec::new();
         let mut floor_at = Vec::new();
         for (i, answer) in reply.answers.iter_mut().enumerate() {
+            // Every error of an item whose rule chose `open` or `closed` is
+            // answered by that choice: a node that cannot answer, and one
+            // that answered with an error the rule cannot read as a count
+            // (which the breaker does not count against the node).
             let Err(e) = answer else { continue };
-            if !e.is_transient() {
-                continue;
-            }
             match work.items[i].on_failure {
                 OnFailure::Error => {}
                 OnFailure::Closed if work.items[i].give_back => {}
@@ -280,14 +281,23 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_store_that_answered_with_an_error_is_not_overruled() {
+    async fn a_store_s_error_reply_is_answered_by_open_and_closed_and_left_by_error() {
         let (f, store) = fallback();
         store.set(Behaviour::Reject);
-        let reply = f.execute(&work(OnFailure::Closed), None).await;
+        let closed = f.execute(&work(OnFailure::Closed), None).await;
         assert!(
-            reply.answers[0].is_err(),
-            "Redis said no: not a policy's call"
+            by_policy(&closed).is_some_and(|p| !p.decision.is_allowed()),
+            "closed denies: {closed:?}"
         );
+        let open = f
+            .execute(&work(OnFailure::Open { fallback: 1 }), None)
+            .await;
+        assert!(
+            by_policy(&open).is_some_and(|p| p.decision.is_allowed()),
+            "open admits its floor: {open:?}"
+        );
+        let error = f.execute(&work(OnFailure::Error), None).await;
+        assert!(error.answers[0].is_err(), "error leaves it to the caller");
     }
 
     #[tokio::test]

@@ -386,12 +386,6 @@ impl StoreError {
             retry_after: None,
         }
     }
-
-    /// Whether a later retry may succeed: the store was not reached or did
-    /// not answer in time. Only these are answered by a failure policy.
-    pub fn is_transient(&self) -> bool {
-        !matches!(self.kind, StoreErrorKind::Rejected)
-    }
 }
 
 /// The message of a store call given up at its deadline: the original's

@@ -58,6 +58,11 @@ impl<B: Batch> Lane<B> {
         }
     }
 
+    /// What the lane's calls run on.
+    pub(crate) fn batch(&self) -> &B {
+        &self.batch
+    }
+
     /// Decides one item.
     pub(crate) async fn run(&self, item: B::Item) -> Result<B::Answer, StoreError> {
         match &self.queue {

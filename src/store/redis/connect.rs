@@ -133,6 +133,20 @@ impl RedisOptions {
         self.pool_of(self.pool_size)
     }
 
+    /// One connection to the Cluster node at `host:port` alone, with the
+    /// deployment's credentials, TLS and timeouts.
+    pub(super) fn direct_pool(&self, host: &str, port: u16) -> Result<Pool, StoreError> {
+        let direct = RedisOptions {
+            target: Target::Tcp {
+                host: host.to_string(),
+                port,
+                db: None,
+            },
+            ..self.clone()
+        };
+        direct.pool_of(1)
+    }
+
     fn pool_of(&self, size: usize) -> Result<Pool, StoreError> {
         let perf = PerformanceConfig {
             default_command_timeout: self.timeout,
@@ -264,6 +278,8 @@ async fn connect_one(options: &RedisOptions, retry: StartupRetry) -> Result<Back
                     name: NodeId::new(&options.display),
                     script: Script::from_lua(super::scripts::LIMITS),
                     node_script,
+                    direct: clustered.then(|| Arc::new(options.clone())),
+                    connecting: false.into(),
                 });
             }
             Err(e) => {
@@ -359,6 +375,7 @@ async fn open_on(
     let pool = options.pool_of(1)?;
     let (clustered, name) = (like.clustered, like.name.clone());
     let (script, node_script) = (like.script.clone(), like.node_script.clone());
+    let direct = like.direct.clone();
     let opened = home.spawn(async move {
         // fred's connection task, and the lane's, are spawned here: on
         // `home`.
@@ -375,6 +392,8 @@ async fn open_on(
             script,
             node_script,
             discovery: None,
+            direct,
+            connecting: false.into(),
         }))
     });
     opened.await.unwrap_or_else(|_| {

@@ -112,6 +112,38 @@ impl RedisStore {
             *at = Some(Instant::now());
         }
         self.placement.forget_routes();
+        // The slot table from the first primary that answers, on the
+        // primaries' own connections: the cluster clients may be waiting
+        // out a reconnection to a dead primary, seconds behind a failover.
+        let direct: Vec<Pool> = self
+            .all_lanes()
+            .flat_map(|l| l.main.primary_pools())
+            .collect();
+        let placement = Arc::clone(&self.placement);
+        tokio::spawn(async move {
+            for pool in direct {
+                let client = pool.next();
+                let asked = tokio::time::timeout(
+                    ROUTES_MAX_AGE / 2,
+                    client.cluster_slots::<fred::types::Value>(),
+                );
+                let Ok(Ok(slots)) = asked.await else { continue };
+                let host = client
+                    .client_config()
+                    .server
+                    .hosts()
+                    .first()
+                    .map(|s| s.host.clone());
+                let table = fred::types::cluster::ClusterRouting::from_cluster_slots(
+                    slots,
+                    host.unwrap_or_default(),
+                );
+                if let Ok(table) = table {
+                    placement.set_routes(&table);
+                    return;
+                }
+            }
+        });
         let pools: Vec<Pool> = self
             .all_lanes()
             .map(|l| l.main.backend.pool.clone())
@@ -176,6 +208,9 @@ impl RedisStore {
     pub async fn quit(&self) {
         for node in self.all_lanes().flat_map(Lanes::nodes) {
             let _ = node.backend.pool.quit().await;
+            for pool in node.primary_pools() {
+                let _ = pool.quit().await;
+            }
         }
     }
 }
@@ -199,7 +234,7 @@ impl Store for RedisStore {
     /// cluster refuses script flags), concurrently, each given up at the
     /// deadline.
     async fn share(&self, work: &BoardWork, deadline: Option<Instant>) -> BoardReply {
-        let backend = &self.lanes().main.backend;
+        let main = &self.lanes().main;
         let groups = self.placement.group_by_node(
             work.steps
                 .iter()
@@ -209,9 +244,10 @@ impl Store for RedisStore {
             .into_iter()
             .map(|((_, route), positions)| async move {
                 let per_node = matches!(route, args::Route::Primary(_));
+                let backend = main.backend_of(&route);
                 let answer = node::until(
                     deadline,
-                    board::call(backend, per_node, work, &positions).map_err(node::moved_key),
+                    board::call(&backend, per_node, work, &positions).map_err(node::moved_key),
                 )
                 .await;
                 (positions, answer)

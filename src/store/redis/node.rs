@@ -3,6 +3,7 @@
 //! per primary), a runtime's pair of them ([`Lanes`]: main and per-second),
 //! and one call given up at its deadline ([`until`]).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use fred::clients::Pool;
@@ -14,6 +15,7 @@ use tokio::time::Instant;
 
 use super::args::{int, CallArgs, Group, Route};
 use super::coalesce;
+use super::connect::RedisOptions;
 use crate::store::{NodeId, StoreError, StoreErrorKind};
 
 /// One Redis deployment (main or per-second) and its loaded script.
@@ -33,6 +35,13 @@ pub(super) struct Backend {
     /// a refresh that asks a hung primary stalls this client, not the ones
     /// that carry decisions (fred's routing waits for its refresh).
     pub(super) discovery: Option<Pool>,
+    /// On a cluster, how to open a connection of one primary's own (see
+    /// [`Node::primary`]).
+    pub(super) direct: Option<Arc<RedisOptions>>,
+    /// A connection of one primary's own that has not connected yet: its
+    /// first calls wait for it (within their deadline) instead of failing
+    /// at once.
+    pub(super) connecting: AtomicBool,
 }
 
 /// A deployment and its script's lanes (see [`coalesce`]): one coalesced
@@ -76,18 +85,49 @@ impl Node {
         }
     }
 
-    /// The lane to the Cluster primary `node`, with the per-node script.
+    /// The lane to the Cluster primary `node`, with the per-node script,
+    /// on a connection of its own to that primary. Calls to one primary
+    /// then never wait on another's: fred's cluster client routes every
+    /// node's commands through one task, which stops writing while it
+    /// reconnects to a killed primary (until the Cluster fails it over,
+    /// seconds later), so healthy primaries' calls would time out behind
+    /// it. A primary whose own connection cannot be made uses the cluster
+    /// client.
     fn primary(&self, node: &NodeId) -> Arc<coalesce::Lane<LimitCalls>> {
         let mut lanes = self.primaries.lock();
         if let Some((_, lane)) = lanes.iter().find(|(n, _)| n == node) {
             return Arc::clone(lane);
         }
+        let backend = self
+            .backend
+            .direct_to(node, &self.home)
+            .map_or_else(|| Arc::clone(&self.backend), Arc::new);
         let lane = Arc::new(coalesce::Lane::new(
-            LimitCalls::new(Arc::clone(&self.backend), true),
+            LimitCalls::new(backend, true),
             Some(&self.home),
         ));
         lanes.push((node.clone(), Arc::clone(&lane)));
         lane
+    }
+
+    /// The backend the call `route` names runs on: a Cluster primary's
+    /// own connection, or the deployment's.
+    pub(super) fn backend_of(&self, route: &Route) -> Arc<Backend> {
+        match route {
+            Route::Primary(node) => Arc::clone(&self.primary(node).batch().backend),
+            Route::Slot(_) => Arc::clone(&self.backend),
+        }
+    }
+
+    /// The connections of the primaries' own (see [`Node::primary`]).
+    pub(super) fn primary_pools(&self) -> Vec<Pool> {
+        self.primaries
+            .lock()
+            .iter()
+            .map(|(_, lane)| &lane.batch().backend)
+            .filter(|b| !Arc::ptr_eq(b, &self.backend))
+            .map(|b| b.pool.clone())
+            .collect()
     }
 }
 
@@ -137,10 +177,12 @@ pub(super) fn store_error(e: &fred::error::Error) -> StoreError {
         K::IO | K::Canceled | K::Cluster | K::Sentinel | K::Routing | K::Backpressure => {
             StoreErrorKind::Unavailable
         }
-        // A Redis at `maxmemory` under `noeviction` refuses writes: the
-        // store cannot count now, as if it were down, and may again once
-        // keys expire; the rules' failure policies answer.
-        _ if is_out_of_memory(e.details()) => StoreErrorKind::Unavailable,
+        // A Redis at `maxmemory` under `noeviction` refuses writes, and a
+        // Cluster in a failover refuses or cannot take them: the store
+        // cannot count now, as if it were down, and may again soon.
+        _ if is_out_of_memory(e.details()) || is_unavailable_now(e.details()) => {
+            StoreErrorKind::Unavailable
+        }
         _ => StoreErrorKind::Rejected,
     };
     let message = if e.details().is_empty() {
@@ -149,6 +191,29 @@ pub(super) fn store_error(e: &fred::error::Error) -> StoreError {
         e.details().to_string()
     };
     StoreError::new(kind, message)
+}
+
+/// Whether an error says the node cannot serve the call now but may soon,
+/// as in a failover: the client gave up writing it to a connection (fred's
+/// `Too many failed write attempts`), or Redis refused it for its state:
+/// `CLUSTERDOWN` (slots unserved), `TRYAGAIN` (a slot migrating), `LOADING`
+/// (a restarted node reading its data), `MASTERDOWN` (a replica that lost
+/// its primary), `READONLY` (a write to a demoted primary before the
+/// routes changed), `NOREPLICAS` (too few replicas for `min-replicas`), also
+/// inside a script's error.
+fn is_unavailable_now(details: &str) -> bool {
+    const STATES: [&str; 6] = [
+        "CLUSTERDOWN",
+        "TRYAGAIN",
+        "LOADING",
+        "MASTERDOWN",
+        "READONLY",
+        "NOREPLICAS",
+    ];
+    details.starts_with("Too many failed write attempts")
+        || STATES
+            .iter()
+            .any(|s| details.starts_with(s) || details.contains(&format!("-{s} ")))
 }
 
 /// Whether an error reply is Redis's refusal of a write at `maxmemory`
@@ -169,6 +234,37 @@ fn fail_fast() -> Options {
 }
 
 impl Backend {
+    /// A backend on a connection of the Cluster primary `node`'s own (see
+    /// [`Node::primary`]), connecting on `home`; `None` off a cluster, or
+    /// if `node` is not a `host:port`.
+    fn direct_to(&self, node: &NodeId, home: &tokio::runtime::Handle) -> Option<Backend> {
+        let options = self.direct.as_ref()?;
+        let name = node.to_string();
+        let (host, port) = name.rsplit_once(':')?;
+        let port: u16 = port.parse().ok()?;
+        let pool = match options.direct_pool(host.trim_matches(['[', ']']), port) {
+            Ok(pool) => pool,
+            Err(e) => {
+                tracing::warn!(node = %node, error = %e.message, "no connection of the primary's own; its calls share the cluster client");
+                return None;
+            }
+        };
+        {
+            let _on_home = home.enter();
+            pool.connect();
+        }
+        Some(Backend {
+            pool,
+            clustered: true,
+            name: node.clone(),
+            script: self.script.clone(),
+            node_script: self.node_script.clone(),
+            discovery: None,
+            direct: None,
+            connecting: AtomicBool::new(true),
+        })
+    }
+
     /// Runs `script` over `keys` and `argv` on one node; its integer reply
     /// cut into consecutive answers of `sizes` values (one per decision or
     /// group), or an error if the lengths disagree.
@@ -211,6 +307,13 @@ impl Backend {
         V::Error: Into<fred::error::Error> + Send,
     {
         let client = self.pool.next();
+        if self.connecting.load(Ordering::Relaxed) {
+            client
+                .wait_for_connect()
+                .await
+                .map_err(|e| store_error(&e))?;
+            self.connecting.store(false, Ordering::Relaxed);
+        }
         // Converted once: the NOSCRIPT retry below clones these, and a
         // converted key or value clones by reference count, not by copy.
         let keys: fred::types::MultipleKeys = keys.into();
@@ -280,7 +383,10 @@ impl LimitCalls {
 /// key's node: unreachable, as a call to a failed node is, so that the
 /// routing table is read again and the items' policies answer.
 pub(super) fn moved_key(e: StoreError) -> StoreError {
-    if e.kind == StoreErrorKind::Rejected && e.message.contains("non local key") {
+    let moved = e.message.contains("non local key")
+        || e.message.starts_with("MOVED ")
+        || e.message.starts_with("ASK ");
+    if e.kind == StoreErrorKind::Rejected && moved {
         StoreError::new(StoreErrorKind::Unavailable, e.message)
     } else {
         e
@@ -324,9 +430,35 @@ mod tests {
         ] {
             let e = store_error(&Error::new(ErrorKind::Unknown, text));
             assert_eq!(e.kind, StoreErrorKind::Unavailable, "{text}");
-            assert!(e.is_transient());
         }
         let wrong = store_error(&Error::new(ErrorKind::Unknown, "WRONGTYPE Operation"));
         assert_eq!(wrong.kind, StoreErrorKind::Rejected);
+    }
+
+    #[test]
+    fn a_failover_s_refusals_are_the_stores_failure_not_an_answer() {
+        use fred::error::{Error, ErrorKind};
+        for text in [
+            "Too many failed write attempts.",
+            "CLUSTERDOWN The cluster is down",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "LOADING Redis is loading the dataset in memory",
+            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+            "READONLY You can't write against a read only replica.",
+            "NOREPLICAS Not enough good replicas to write.",
+            "ERR Error running script (call to f_x): @user_script:3: -READONLY You can't write against a read only replica.",
+        ] {
+            let e = store_error(&Error::new(ErrorKind::Unknown, text));
+            assert_eq!(e.kind, StoreErrorKind::Unavailable, "{text}");
+        }
+        let script = store_error(&Error::new(
+            ErrorKind::Unknown,
+            "ERR Error running script: attempt to compare nil with number",
+        ));
+        assert_eq!(
+            script.kind,
+            StoreErrorKind::Rejected,
+            "a script's own error"
+        );
     }
 }

@@ -34,6 +34,9 @@ pub(super) const ROUTES_MAX_AGE: Duration = Duration::from_secs(1);
 struct Routes {
     read_at: Option<Instant>,
     ranges: Vec<(u16, u16, NodeId)>,
+    /// The ranges were read from a primary itself ([`RedisPlacement::set_routes`]):
+    /// fred's cached tables, which may lag behind, are not read again.
+    read_from_primary: bool,
 }
 
 /// Batch positions grouped by the script call that can serve them, keyed by
@@ -96,6 +99,14 @@ impl RedisPlacement {
         self.routes.write().read_at = None;
     }
 
+    /// The slot table as a primary answered `CLUSTER SLOTS` just now.
+    pub(super) fn set_routes(&self, table: &fred::types::cluster::ClusterRouting) {
+        let mut routes = self.routes.write();
+        routes.ranges = ranges_of(table);
+        routes.read_at = Some(Instant::now());
+        routes.read_from_primary = true;
+    }
+
     pub(super) fn new(main: &Node, per_second: Option<&Node>) -> RedisPlacement {
         RedisPlacement {
             main: Arc::clone(&main.backend),
@@ -104,8 +115,9 @@ impl RedisPlacement {
         }
     }
 
-    /// The primary that owns `slot`, from a routing table at most
-    /// [`ROUTES_MAX_AGE`] old.
+    /// The primary that owns `slot`: from the table a primary last answered
+    /// (see [`RedisPlacement::set_routes`]), else from fred's cached table
+    /// at most [`ROUTES_MAX_AGE`] old.
     fn primary_of(&self, slot: u16) -> Option<NodeId> {
         let find = |routes: &Routes| {
             routes
@@ -116,30 +128,44 @@ impl RedisPlacement {
         };
         {
             let routes = self.routes.read();
-            if routes
+            let fresh = routes
                 .read_at
-                .is_some_and(|at| at.elapsed() < ROUTES_MAX_AGE)
-            {
+                .is_some_and(|at| at.elapsed() < ROUTES_MAX_AGE);
+            if fresh || routes.read_from_primary {
                 return find(&routes);
             }
         }
         let mut routes = self.routes.write();
-        if let Some(state) = self.main.pool.next().cached_cluster_state() {
-            routes.ranges = state
-                .slots()
-                .iter()
-                .map(|r| {
-                    (
-                        r.start,
-                        r.end,
-                        NodeId::new(&format!("{}:{}", r.primary.host, r.primary.port)),
-                    )
-                })
-                .collect();
+        // The topology client's table first: it is read again after every
+        // failed call (see `RedisStore::resync_soon`), while a decision
+        // client may still be reconnecting to a dead primary.
+        let state = self
+            .main
+            .discovery
+            .as_ref()
+            .and_then(|d| d.next().cached_cluster_state())
+            .or_else(|| self.main.pool.next().cached_cluster_state());
+        if let Some(state) = state {
+            routes.ranges = ranges_of(&state);
         }
         routes.read_at = Some(Instant::now());
         find(&routes)
     }
+}
+
+/// A routing table's ranges and the primary of each.
+fn ranges_of(table: &fred::types::cluster::ClusterRouting) -> Vec<(u16, u16, NodeId)> {
+    table
+        .slots()
+        .iter()
+        .map(|r| {
+            (
+                r.start,
+                r.end,
+                NodeId::new(&format!("{}:{}", r.primary.host, r.primary.port)),
+            )
+        })
+        .collect()
 }
 
 impl Placement for RedisPlacement {
