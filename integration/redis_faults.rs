@@ -422,18 +422,22 @@ fn owner(cluster: &RedisCluster, any_port: u16, key: &str) -> u16 {
     panic!("no primary owns slot {slot}: {nodes}");
 }
 
+/// The service on `cluster`, with the fault tests' rules.
+async fn on_cluster(cluster: &RedisCluster) -> Timed {
+    let seeds = cluster.seeds().join(",");
+    let mut env = redis_env(&seeds);
+    env.push(("REDIS_TYPE", "cluster"));
+    Timed::new(Service::start(&[("rules.yaml", RULES)], &env)).await
+}
+
 /// A cluster primary paused: only its keys are answered by policy, the
 /// other primaries' keys are still counted on Redis, and once its replica
 /// has taken over the service routes to the new primary by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_cluster_primary_fails_only_its_keys_until_failover() {
     let cluster = RedisCluster::start();
-    let seeds = cluster.seeds().join(",");
     let window = hour_window();
-    let mut env = redis_env(&seeds);
-    env.push(("REDIS_TYPE", "cluster"));
-    let svc = Service::start(&[("rules.yaml", RULES)], &env);
-    let mut t = Timed::new(svc).await;
+    let mut t = on_cluster(&cluster).await;
 
     // Two values whose keys live on different primaries.
     let any = cluster.ports()[0];
@@ -514,12 +518,8 @@ async fn killed_cluster_primary_fails_only_its_keys() {
             &["CONFIG", "SET", "cluster-require-full-coverage", "no"],
         );
     }
-    let seeds = cluster.seeds().join(",");
     let window = hour_window();
-    let mut env = redis_env(&seeds);
-    env.push(("REDIS_TYPE", "cluster"));
-    let svc = Service::start(&[("rules.yaml", RULES)], &env);
-    let mut t = Timed::new(svc).await;
+    let mut t = on_cluster(&cluster).await;
 
     // A value per primary, for the `error` rule's keys.
     let any = cluster.ports()[0];
