@@ -179,7 +179,7 @@ enum Failure {
     Fatal(String),
 }
 
-/// Runs a command's orchestration; the load itself runs on [`LoadThreads`].
+/// Runs a command's orchestration; the load itself runs on [`LoadThreads`](threads::LoadThreads).
 fn block_on<F: std::future::Future<Output = Result<(), Failure>>>(f: F) -> Result<(), Failure> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
