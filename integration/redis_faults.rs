@@ -604,6 +604,96 @@ async fn killed_cluster_primary_fails_only_its_keys() {
     }
 }
 
+/// Graceful and forced `CLUSTER FAILOVER`s, one after another under
+/// traffic: every call of an `open` or `closed` rule is answered (by Redis
+/// or by the rule's mode), never with an error, whatever the Cluster
+/// answers meanwhile (`MOVED`, `READONLY`, `CLUSTERDOWN`, or nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failovers_are_answered_by_each_rules_mode() {
+    let cluster = RedisCluster::start();
+    for port in cluster.ports() {
+        cluster.node_cli(
+            port,
+            &["CONFIG", "SET", "cluster-require-full-coverage", "no"],
+        );
+    }
+    let mut t = on_cluster(&cluster).await;
+    let values: Vec<String> = (0..12).map(|i| format!("w{i}")).collect();
+    let port_of = |addr: &str| -> u16 {
+        addr.rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("a port")
+    };
+    let (mut calls, mut errors, mut error_mode_failed) = (0u32, Vec::new(), 0u32);
+    for round in 0..6 {
+        let replica = cluster.replicas()[round % 3].clone();
+        let port = port_of(&replica);
+        // A replica fails over only once it is in sync with its primary
+        // (a demoted primary takes a moment).
+        for _ in 0..100 {
+            let repl = cluster.node_cli(port, &["INFO", "replication"]);
+            if repl.contains("master_link_status:up") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let how: &[&str] = if round % 2 == 0 {
+            &["CLUSTER", "FAILOVER"]
+        } else {
+            &["CLUSTER", "FAILOVER", "FORCE"]
+        };
+        cluster.node_cli(port, how);
+        let t0 = Instant::now();
+        let mut asked = 1;
+        let mut promoted = None;
+        // Traffic until 1 s after the replica reports itself primary; at
+        // most 15 s.
+        while t0.elapsed() < Duration::from_secs(15) {
+            for v in &values {
+                for mode in ["open", "closed"] {
+                    calls += 1;
+                    if let Err(e) = t.one(mode, v).await {
+                        errors.push((round, mode, e.message().to_string()));
+                    }
+                }
+                if t.one("error", v).await.is_err() {
+                    error_mode_failed += 1;
+                }
+            }
+            if promoted.is_none() {
+                let repl = cluster.node_cli(port, &["INFO", "replication"]);
+                if repl.contains("role:master") {
+                    promoted = Some(t0.elapsed());
+                } else if t0.elapsed() > Duration::from_secs(4 * asked) && asked < 3 {
+                    // A manual failover the primary did not take in time
+                    // (its replica lagged) is asked for again.
+                    cluster.node_cli(port, how);
+                    asked += 1;
+                }
+            }
+            if promoted.is_some_and(|p| t0.elapsed() > p + Duration::from_secs(1)) {
+                break;
+            }
+        }
+        println!(
+            "failover {round} ({}, asked {asked}): promoted after {promoted:?}",
+            how.join(" ")
+        );
+        assert!(promoted.is_some(), "failover {round} happened");
+    }
+    println!(
+        "6 failovers: {calls} open and closed calls, {} errors; the error rule failed {error_mode_failed} times",
+        errors.len()
+    );
+    assert!(
+        errors.is_empty(),
+        "open and closed calls answered: {} errors, the first {:?}",
+        errors.len(),
+        &errors[..errors.len().min(5)]
+    );
+}
+
 /// A request mixing an original window and an opt-in limit makes two store
 /// calls; they share the request's one STORE_TIMEOUT (1 s here, breaker
 /// off), so during a pause it waits one deadline, not two.

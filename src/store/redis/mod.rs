@@ -178,6 +178,19 @@ impl RedisStore {
         });
     }
 
+    /// After a reply with failed items: a redirection names the slot's new
+    /// primary at once, and any failure of a node reads the topology soon.
+    fn follow_failures<'e>(&self, errors: impl Iterator<Item = &'e StoreError>) {
+        let mut unreachable = false;
+        for e in errors.filter(|e| e.kind != StoreErrorKind::Rejected) {
+            unreachable = true;
+            self.placement.follow_moved(&e.message);
+        }
+        if unreachable {
+            self.resync_soon();
+        }
+    }
+
     /// Calls `on_change(false)` when a connection to Redis fails and
     /// `on_change(true)` when one is re-established
     /// (`REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`). The
@@ -273,12 +286,7 @@ impl Store for RedisStore {
                 }
             }
         }
-        if reply.iter().any(|a| {
-            a.as_ref()
-                .is_err_and(|e| e.kind != StoreErrorKind::Rejected)
-        }) {
-            self.resync_soon();
-        }
+        self.follow_failures(reply.iter().filter_map(|a| a.as_ref().err()));
         reply
     }
 }
@@ -292,13 +300,7 @@ impl RedisStore {
     /// [`Store::execute`] without its span.
     async fn run(&self, work: &Work, deadline: Option<Instant>) -> Reply {
         let reply = work::execute(self.lanes(), &self.placement, work, deadline).await;
-        let unreachable = |a: &Result<super::Answer, StoreError>| {
-            a.as_ref()
-                .is_err_and(|e| e.kind != StoreErrorKind::Rejected)
-        };
-        if reply.answers.iter().any(unreachable) {
-            self.resync_soon();
-        }
+        self.follow_failures(reply.answers.iter().filter_map(|a| a.as_ref().err()));
         reply
     }
 }

@@ -99,6 +99,34 @@ impl RedisPlacement {
         self.routes.write().read_at = None;
     }
 
+    /// Follows a `MOVED <slot> <host:port>` reply: the range that holds
+    /// the slot is served from the named node, until the next table read
+    /// says otherwise. After a failover every slot of the old primary
+    /// moves, and each of its ranges is fixed by its first redirected call
+    /// instead of after a topology read; whether the message was a
+    /// redirection at all.
+    pub(super) fn follow_moved(&self, message: &str) -> bool {
+        let Some(rest) = message.find("MOVED ").map(|at| &message[at + 6..]) else {
+            return false;
+        };
+        let mut words = rest.split_whitespace();
+        let (Some(slot), Some(to)) = (words.next(), words.next()) else {
+            return false;
+        };
+        let Ok(slot) = slot.parse::<u16>() else {
+            return false;
+        };
+        let mut routes = self.routes.write();
+        if let Some(range) = routes
+            .ranges
+            .iter_mut()
+            .find(|(start, end, _)| (*start..=*end).contains(&slot))
+        {
+            range.2 = NodeId::new(to);
+        }
+        true
+    }
+
     /// The slot table as a primary answered `CLUSTER SLOTS` just now.
     pub(super) fn set_routes(&self, table: &fred::types::cluster::ClusterRouting) {
         let mut routes = self.routes.write();
