@@ -106,14 +106,7 @@ impl RedisPlacement {
     /// instead of after a topology read; whether the message was a
     /// redirection at all.
     pub(super) fn follow_moved(&self, message: &str) -> bool {
-        let Some(rest) = message.find("MOVED ").map(|at| &message[at + 6..]) else {
-            return false;
-        };
-        let mut words = rest.split_whitespace();
-        let (Some(slot), Some(to)) = (words.next(), words.next()) else {
-            return false;
-        };
-        let Ok(slot) = slot.parse::<u16>() else {
+        let Some((slot, to)) = moved_to(message) else {
             return false;
         };
         let mut routes = self.routes.write();
@@ -122,7 +115,7 @@ impl RedisPlacement {
             .iter_mut()
             .find(|(start, end, _)| (*start..=*end).contains(&slot))
         {
-            range.2 = NodeId::new(to);
+            range.2 = to;
         }
         true
     }
@@ -181,6 +174,16 @@ impl RedisPlacement {
     }
 }
 
+/// The slot and the node a `MOVED <slot> <host:port>` error names, also
+/// inside a longer message.
+fn moved_to(message: &str) -> Option<(u16, NodeId)> {
+    let rest = &message[message.find("MOVED ")? + "MOVED ".len()..];
+    let mut words = rest.split_whitespace();
+    let slot = words.next()?.parse().ok()?;
+    let to = words.next().filter(|a| a.contains(':'))?;
+    Some((slot, NodeId::new(to)))
+}
+
 /// A routing table's ranges and the primary of each.
 fn ranges_of(table: &fred::types::cluster::ClusterRouting) -> Vec<(u16, u16, NodeId)> {
     table
@@ -215,6 +218,31 @@ impl Placement for RedisPlacement {
             ReferenceStep::Same
         } else {
             ReferenceStep::Separate
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_moved_error_names_its_slot_and_new_primary() {
+        assert_eq!(
+            moved_to("MOVED 14065 127.0.0.1:44133"),
+            Some((14065, NodeId::new("127.0.0.1:44133")))
+        );
+        assert_eq!(
+            moved_to("ERR Error running script: -MOVED 3 10.0.0.2:6379 "),
+            Some((3, NodeId::new("10.0.0.2:6379")))
+        );
+        for other in [
+            "ASK 3 10.0.0.2:6379",
+            "MOVED x 10.0.0.2:6379",
+            "MOVED 3",
+            "MOVED 3 nowhere",
+        ] {
+            assert_eq!(moved_to(other), None, "{other}");
         }
     }
 }
