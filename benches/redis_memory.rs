@@ -171,6 +171,7 @@ fn main() {
                         binding: true,
                         on_failure: Default::default(),
                         lease: false,
+                        replicated: false,
                         node: None,
                     })
                     .collect();
@@ -240,6 +241,7 @@ fn main() {
                 binding: true,
                 on_failure: Default::default(),
                 lease: false,
+                replicated: false,
                 node: None,
             };
             assert!(

@@ -771,3 +771,113 @@ async fn a_lease_is_spent_during_an_outage_then_the_floor_answers() {
     println!("admitted during the pause: {admitted} (held {held} + floor 5)");
     assert_eq!(admitted, held + 5, "the lease, then the floor");
 }
+
+const REPLICATED: &str = "
+domain: f
+descriptors:
+  - key: durable
+    rate_limit: {unit: hour, requests_per_unit: 5, failure_mode: closed, durability: replicated}
+  - key: durable_error
+    rate_limit: {unit: hour, requests_per_unit: 100, durability: replicated}
+  - key: plain
+    rate_limit: {unit: hour, requests_per_unit: 100, failure_mode: closed}
+";
+
+/// `durability: replicated` on a primary with one replica: a count is
+/// answered once the replica has it; with the replica paused, no count is
+/// acknowledged, so a `closed` rule denies and an `error` rule fails,
+/// while the rules that do not ask for it are still decided by the same
+/// primary (its breaker stays closed); the replica back, the rule counts
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicated_rule_answers_once_a_replica_has_its_count() {
+    let primary = RedisServer::start();
+    let port = primary
+        .addr()
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    // A replica counts for WAIT once its primary has it online (after the
+    // replica's first acknowledgement, up to a second after the sync).
+    let online = |primary: &RedisServer| {
+        (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            primary
+                .cli(&["INFO", "replication"])
+                .contains("state=online")
+        })
+    };
+    assert!(
+        online(&primary),
+        "the replica syncs: {}",
+        primary.cli(&["INFO", "replication"])
+    );
+    let window = hour_window();
+    let svc = Service::start(&[("rules.yaml", REPLICATED)], &redis_env(&primary.addr()));
+    let mut t = Timed::new(svc).await;
+    // The replicated lane's connection opens with its first call.
+    let mut warm = false;
+    for _ in 0..20 {
+        warm = code(&t.one("durable_error", "warm").await) == OK;
+        if warm {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(warm, "a replicated count is answered");
+
+    for left in (0..5).rev() {
+        let a = t.one("durable", "a").await;
+        assert_eq!((code(&a), remaining(&a)), (OK, left), "{a:?}");
+    }
+    assert_eq!(code(&t.one("durable", "a").await), OVER);
+    let key = format!("f_durable_a_{window}");
+    assert_eq!(
+        replica.cli(&["GET", &key]),
+        "6",
+        "every answered count is on the replica"
+    );
+
+    replica.pause();
+    t.times.clear();
+    for _ in 0..8 {
+        let denied = t.one("durable", "b").await;
+        assert_eq!(
+            code(&denied),
+            OVER,
+            "closed: not acknowledged is denied: {denied:?}"
+        );
+        let failed = t.one("durable_error", "b").await;
+        assert!(failed.is_err(), "error: the call fails: {failed:?}");
+    }
+    let slowest = t.report("replica paused");
+    assert!(
+        slowest < LOOSE_BOUND,
+        "answered within the deadline: {slowest:?}"
+    );
+    for n in 1..=5 {
+        let a = t.one("plain", "b").await;
+        assert_eq!(
+            (code(&a), remaining(&a)),
+            (OK, 100 - n),
+            "the other rules are still counted on the primary: {a:?}"
+        );
+    }
+    assert_eq!(
+        t.svc.stat(&breaker(&primary.addr())),
+        0,
+        "no breaker opened"
+    );
+    assert_eq!(
+        primary.cli(&["GET", &format!("f_durable_b_{window}")]),
+        "8",
+        "a count not acknowledged stays on the primary"
+    );
+
+    replica.resume();
+    assert!(online(&primary), "the replica resumes");
+    let a = t.one("durable", "c").await;
+    assert_eq!((code(&a), remaining(&a)), (OK, 4), "counted again: {a:?}");
+}

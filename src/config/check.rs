@@ -34,6 +34,7 @@ pub const VALID_KEYS: &[&str] = &[
     "rate_limits",
     "failure_mode",
     "fallback_requests_per_unit",
+    "durability",
     "shards",
     "lease",
     "calendar",

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::failure::FailurePolicy;
+use super::failure::{Durability, FailurePolicy};
 use super::tree::DescriptorTree;
 
 /// One line per rule:
@@ -71,12 +71,16 @@ pub fn dump(tree: &DescriptorTree) -> String {
     out
 }
 
-/// ` failure_mode <mode>[ fallback <n>]`, only when the rule sets one.
+/// ` failure_mode <mode>[ fallback <n>]`, only when the rule sets one;
+/// `, durability: replicated` when it asks for it.
 fn write_failure(out: &mut String, policy: &FailurePolicy) {
     if let Some(mode) = policy.mode {
         let _ = write!(out, ", failure_mode: {mode}");
         if let Some(n) = policy.fallback_requests_per_unit {
             let _ = write!(out, " fallback {n}");
         }
+    }
+    if policy.durability != Durability::default() {
+        let _ = write!(out, ", durability: {}", policy.durability);
     }
 }

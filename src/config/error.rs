@@ -113,6 +113,9 @@ pub enum ConfigErrorKind {
     /// A `failure_mode:` that is not one of ours (an extension key).
     #[error("invalid failure_mode '{0}' (expected one of error, open, closed)")]
     InvalidFailureMode(String),
+    /// A `durability:` that is not one of ours (an extension key).
+    #[error("invalid durability '{0}' (expected one of acknowledged, replicated)")]
+    InvalidDurability(String),
     /// `fallback_requests_per_unit` without `failure_mode: open`.
     #[error("fallback_requests_per_unit needs failure_mode: open")]
     FallbackWithoutOpen,

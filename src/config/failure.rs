@@ -1,6 +1,7 @@
-//! What a rule does when the store cannot answer for it: the extension keys
-//! `failure_mode` and `fallback_requests_per_unit` of a `rate_limit` block
-//! (and of each `rate_limits` item).
+//! What a rule does when the store cannot answer for it, and when a count
+//! counts: the extension keys `failure_mode`, `fallback_requests_per_unit`
+//! and `durability` of a `rate_limit` block (and of each `rate_limits`
+//! item).
 
 use std::fmt;
 use std::str::FromStr;
@@ -40,6 +41,43 @@ impl fmt::Display for FailureMode {
     }
 }
 
+/// `durability:`: what must hold a count before the decision it made is
+/// answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// The primary's acknowledgement (the original's, and the default): a
+    /// failover can lose the counts the old primary had not yet passed to
+    /// its replica, and the new primary then admits them again.
+    #[default]
+    Acknowledged,
+    /// A replica's as well (`WAIT 1` after the count, within the call's
+    /// deadline): a count no replica acknowledged in time is the store's
+    /// failure, answered by the rule's `failure_mode`, so a failover loses
+    /// nothing that was admitted.
+    Replicated,
+}
+
+impl FromStr for Durability {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<Durability, ()> {
+        match s {
+            "acknowledged" => Ok(Durability::Acknowledged),
+            "replicated" => Ok(Durability::Replicated),
+            _ => Err(()),
+        }
+    }
+}
+
+impl fmt::Display for Durability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Durability::Acknowledged => "acknowledged",
+            Durability::Replicated => "replicated",
+        })
+    }
+}
+
 /// A rule's own failure policy; what it leaves out comes from the settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FailurePolicy {
@@ -48,12 +86,20 @@ pub struct FailurePolicy {
     /// `fallback_requests_per_unit` (only with `failure_mode: open`;
     /// 1 ≤ n ≤ `requests_per_unit`).
     pub fallback_requests_per_unit: Option<u32>,
+    /// `durability` (default: acknowledged).
+    pub durability: Durability,
 }
 
 impl FailurePolicy {
     /// The mode, `default` when the rule sets none.
     pub fn mode_or(&self, default: FailureMode) -> FailureMode {
         self.mode.unwrap_or(default)
+    }
+
+    /// Whether the rule's counts must reach a replica before they are
+    /// answered (`durability: replicated`).
+    pub fn replicated(&self) -> bool {
+        self.durability == Durability::Replicated
     }
 
     /// The local floor of an open rule with `limit` per window: its own
@@ -77,6 +123,10 @@ mod tests {
             assert_eq!(m.to_string().parse(), Ok(m));
         }
         assert_eq!("Open".parse::<FailureMode>(), Err(()));
+        for d in [Durability::Acknowledged, Durability::Replicated] {
+            assert_eq!(d.to_string().parse(), Ok(d));
+        }
+        assert_eq!("durable".parse::<Durability>(), Err(()));
     }
 
     #[test]
@@ -90,6 +140,7 @@ mod tests {
         let own = FailurePolicy {
             mode: Some(FailureMode::Open),
             fallback_requests_per_unit: Some(7),
+            ..FailurePolicy::default()
         };
         assert_eq!(own.fallback(100, 0.1), 7);
         assert_eq!(own.mode_or(FailureMode::Error), FailureMode::Open);

@@ -63,6 +63,8 @@ pub(crate) struct RawRateLimit {
     pub(crate) failure_mode: String,
     /// Extension: `fallback_requests_per_unit:`.
     pub(crate) fallback_requests_per_unit: Option<u32>,
+    /// Extension: `durability:` ("" when absent).
+    pub(crate) durability: String,
     /// Extension: `shards:` (sub-buckets of a hot limit).
     pub(crate) shards: Option<u32>,
     /// Extension: `lease:` (token leasing of a hot limit).
@@ -275,6 +277,7 @@ impl Decoder {
                         "fallback_requests_per_unit" => {
                             rl.fallback_requests_per_unit = self.optional_uint32(value)
                         }
+                        "durability" => rl.durability = self.string(value),
                         "shards" => rl.shards = self.optional_uint32(value),
                         "lease" => rl.lease = self.bool(value),
                         "calendar" => rl.calendar = self.bool(value),

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::error::{ConfigError, ConfigErrorKind};
-use super::failure::{FailureMode, FailurePolicy};
+use super::failure::{Durability, FailureMode, FailurePolicy};
 use super::metadata;
 use super::model::{RawDescriptor, RawFile, RawMetadata, RawRateLimit};
 use super::tree::{ConfiguredLimit, DescriptorTree, HotKeyPolicy, Node, RateLimitRule};
@@ -385,7 +385,8 @@ fn calendar_of(file: &str, rl: &RawRateLimit) -> Result<Option<Calendar>, Config
     })
 }
 
-/// The block's `failure_mode` and `fallback_requests_per_unit`, checked.
+/// The block's `failure_mode`, `fallback_requests_per_unit` and
+/// `durability`, checked.
 fn failure_policy(file: &str, rl: &RawRateLimit) -> Result<FailurePolicy, ConfigError> {
     let err = |kind| ConfigError::new(file, kind, Some(rl.line));
     let mode = if rl.failure_mode.is_empty() {
@@ -408,9 +409,16 @@ fn failure_policy(file: &str, rl: &RawRateLimit) -> Result<FailurePolicy, Config
             }));
         }
     }
+    let durability = match rl.durability.as_str() {
+        "" => Durability::default(),
+        text => text
+            .parse()
+            .map_err(|()| err(ConfigErrorKind::InvalidDurability(text.to_string())))?,
+    };
     Ok(FailurePolicy {
         mode,
         fallback_requests_per_unit: rl.fallback_requests_per_unit,
+        durability,
     })
 }
 
@@ -565,7 +573,8 @@ mod tests {
     use std::time::Duration;
 
     use crate::config::{
-        load, ConfigError, ConfigErrorKind, ConfigFile, Entry, FailureMode, FailurePolicy, Lookup,
+        load, ConfigError, ConfigErrorKind, ConfigFile, Durability, Entry, FailureMode,
+        FailurePolicy, Lookup,
     };
     use crate::limiter::{AlgorithmName, InvalidLimit, Limiter};
 
@@ -810,6 +819,37 @@ mod tests {
         assert_eq!(
             error_of(&format!("{HEAD}{rl}      burst: many\n")).to_string(),
             "f.yaml: error loading config file: yaml: unmarshal errors:\n  line 7: cannot unmarshal !!str `many` into uint32"
+        );
+    }
+
+    #[test]
+    fn durability_is_a_rules_own_shows_in_the_dump_and_is_checked() {
+        let yaml = format!(
+            "{HEAD}    rate_limit:\n      unit: second\n      requests_per_unit: 5\n      failure_mode: closed\n      durability: replicated\n"
+        );
+        let rule = rule_of(&yaml);
+        assert!(rule.is_original(), "same keys and arithmetic as before");
+        assert_eq!(rule.failure.durability, Durability::Replicated);
+        assert_eq!(
+            load_one(&yaml).unwrap().dump(),
+            "d.k: unit=SECOND requests_per_unit=5, shadow_mode: false, quota_mode: false, failure_mode: closed, durability: replicated\n"
+        );
+        let rule = rule_of(&format!(
+            "{HEAD}    rate_limits:\n      - unit: second\n        requests_per_unit: 10\n        durability: replicated\n      - unit: day\n        requests_per_unit: 1000\n        algorithm: token_bucket\n"
+        ));
+        let durability: Vec<_> = rule.limits.iter().map(|l| l.failure.durability).collect();
+        assert_eq!(
+            durability,
+            [Durability::Replicated, Durability::Acknowledged]
+        );
+        let e = error_of(&format!(
+            "{HEAD}    rate_limit:\n      unit: second\n      requests_per_unit: 5\n      durability: durable\n"
+        ));
+        assert_eq!(e.kind, ConfigErrorKind::InvalidDurability("durable".into()));
+        assert_eq!(e.line, Some(5));
+        assert_eq!(
+            e.to_string(),
+            "f.yaml: invalid durability 'durable' (expected one of acknowledged, replicated)"
         );
     }
 

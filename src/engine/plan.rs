@@ -194,10 +194,12 @@ impl Plan {
             let on_failure = options
                 .failure
                 .on_failure(&limit.rule.failure, original.limit);
+            let replicated = limit.rule.failure.replicated();
             if options.all_or_nothing {
                 let binding = options.decided_binds(index, limit.rule.shadow_mode);
                 items.push(Item {
                     on_failure,
+                    replicated,
                     ..item(Limit::Window(original), binding)
                 });
                 Shape::Decided {
@@ -210,6 +212,7 @@ impl Plan {
                     let binding = options.counter_binds(index, limit.rule.shadow_mode);
                     items.push(Item {
                         on_failure,
+                        replicated,
                         ..item(Limit::Counter(original), binding)
                     });
                 }
@@ -228,6 +231,7 @@ impl Plan {
                 let on_failure = options
                     .failure
                     .on_failure(&l.failure, u64::from(l.requests_per_unit));
+                let replicated = l.failure.replicated();
                 if let Some(calendar) = &l.calendar {
                     // A calendar's fixed window: decided before it is
                     // counted, as the original's window is under
@@ -235,6 +239,7 @@ impl Plan {
                     let (key, original) = period_counter(calendar, u64::from(l.requests_per_unit));
                     items.push(Item {
                         on_failure,
+                        replicated,
                         ..options.item(key, Limit::Window(original), hits, binding)
                     });
                     continue;
@@ -253,6 +258,7 @@ impl Plan {
                 };
                 items.push(Item {
                     on_failure,
+                    replicated,
                     lease: l.hot.lease,
                     ..options.item(key, Limit::Algorithm(limiter), hits, binding)
                 });

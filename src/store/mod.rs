@@ -121,6 +121,11 @@ pub struct Item {
     /// [`crate::resilience::Leases`] layer may answer it from a batch taken
     /// earlier. Stores ignore it.
     pub lease: bool,
+    /// The rule asks for `durability: replicated`: a Redis store answers
+    /// the item only once a replica acknowledged its count, and fails it
+    /// (for its `on_failure` to answer) when none did within the deadline.
+    /// A store with no replicas to ask (memory, memcache) ignores it.
+    pub replicated: bool,
     /// The rule the key belongs to, if known: the memory store shares its
     /// key cap between rules by it (`None`: a share of its own, "unowned").
     pub owner: Option<crate::config::tree::RuleId>,
@@ -142,6 +147,7 @@ impl Item {
             binding: true,
             on_failure: OnFailure::Error,
             lease: false,
+            replicated: false,
             owner: None,
             node: None,
         }

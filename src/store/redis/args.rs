@@ -30,10 +30,20 @@ const COUNTER_FIELDS: usize = 3;
 pub(super) const COUNTER_REPLY: usize = 1;
 pub(super) const ITEM_REPLY: usize = 5;
 
-/// One script call's worth of a work's items.
-pub(super) struct Part<'a> {
+/// Which script call serves a group of items: on which deployment (the
+/// per-second Redis or the main one) and route, and whether its counts must
+/// reach a replica before they are answered (such calls go over a lane of
+/// their own: see `Node::replicated`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Destination {
     pub(super) per_second: bool,
     pub(super) route: Route,
+    pub(super) replicated: bool,
+}
+
+/// One script call's worth of a work's items.
+pub(super) struct Part<'a> {
+    pub(super) to: Destination,
     pub(super) positions: Vec<usize>,
     pub(super) items: &'a [Item],
 }
@@ -97,6 +107,7 @@ impl Part<'_> {
             keys: self.keys(positions),
             args: GroupArgs::Listed(args),
             reply_len,
+            deadline: None,
         }
     }
 
@@ -152,6 +163,7 @@ impl Part<'_> {
             keys: self.keys(positions),
             args,
             reply_len: COUNTER_REPLY * positions.len(),
+            deadline: None,
         }
     }
 
@@ -177,6 +189,9 @@ pub(super) struct Group {
     args: GroupArgs,
     /// How many values the script answers for it.
     reply_len: usize,
+    /// When its request stops waiting for the call: a replicated lane's
+    /// `WAIT` gives up before the earliest of its groups' deadlines.
+    pub(super) deadline: Option<tokio::time::Instant>,
 }
 
 /// What the script needs of a counter besides its key: the increment, and
@@ -373,8 +388,11 @@ mod tests {
     /// One part holding every one of `items`, on one node.
     fn whole(items: &[Item]) -> Part<'_> {
         Part {
-            per_second: false,
-            route: Route::Slot(0),
+            to: Destination {
+                per_second: false,
+                route: Route::Slot(0),
+                replicated: false,
+            },
             positions: (0..items.len()).collect(),
             items,
         }
@@ -458,6 +476,7 @@ mod tests {
             keys: keys.iter().map(|k| k.to_string()).collect(),
             args: GroupArgs::SameCounters(CounterArgs { cost, ttl, jitter }),
             reply_len: keys.len(),
+            deadline: None,
         };
         let listed = Group {
             keys: vec!["x".into()],
@@ -469,6 +488,7 @@ mod tests {
                 int(0),
             ]),
             reply_len: 1,
+            deadline: None,
         };
         let call = CallArgs::new(vec![
             same(&["a", "b"], 1, 60, 300),

@@ -147,7 +147,7 @@ impl RedisOptions {
         direct.pool_of(1)
     }
 
-    fn pool_of(&self, size: usize) -> Result<Pool, StoreError> {
+    pub(super) fn pool_of(&self, size: usize) -> Result<Pool, StoreError> {
         let perf = PerformanceConfig {
             default_command_timeout: self.timeout,
             ..PerformanceConfig::default()
@@ -278,7 +278,7 @@ async fn connect_one(options: &RedisOptions, retry: StartupRetry) -> Result<Back
                     name: NodeId::new(&options.display),
                     script: Script::from_lua(super::scripts::LIMITS),
                     node_script,
-                    direct: clustered.then(|| Arc::new(options.clone())),
+                    options: Some(Arc::new(options.clone())),
                     connecting: false.into(),
                 });
             }
@@ -375,7 +375,7 @@ async fn open_on(
     let pool = options.pool_of(1)?;
     let (clustered, name) = (like.clustered, like.name.clone());
     let (script, node_script) = (like.script.clone(), like.node_script.clone());
-    let direct = like.direct.clone();
+    let options = like.options.clone();
     let opened = home.spawn(async move {
         // fred's connection task, and the lane's, are spawned here: on
         // `home`.
@@ -392,7 +392,7 @@ async fn open_on(
             script,
             node_script,
             discovery: None,
-            direct,
+            options,
             connecting: false.into(),
         }))
     });

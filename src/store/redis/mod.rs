@@ -221,7 +221,11 @@ impl RedisStore {
     pub async fn quit(&self) {
         for node in self.all_lanes().flat_map(Lanes::nodes) {
             let _ = node.backend.pool.quit().await;
-            for pool in node.primary_pools() {
+            for pool in node
+                .primary_pools()
+                .into_iter()
+                .chain(node.replicated_pools())
+            {
                 let _ = pool.quit().await;
             }
         }
@@ -251,20 +255,21 @@ impl Store for RedisStore {
         let groups = self.placement.group_by_node(
             work.steps
                 .iter()
-                .map(|s| (s.key.as_str(), false, s.node.as_ref())),
+                .map(|s| (s.key.as_str(), false, false, s.node.as_ref())),
         );
-        let calls = groups
-            .into_iter()
-            .map(|((_, route), positions)| async move {
-                let per_node = matches!(route, args::Route::Primary(_));
-                let backend = main.backend_of(&route);
-                let answer = node::until(
-                    deadline,
-                    board::call(&backend, per_node, work, &positions).map_err(node::moved_key),
-                )
-                .await;
-                (positions, answer)
-            });
+        let calls =
+            groups
+                .into_iter()
+                .map(|(args::Destination { route, .. }, positions)| async move {
+                    let per_node = matches!(route, args::Route::Primary(_));
+                    let backend = main.backend_of(&route);
+                    let answer = node::until(
+                        deadline,
+                        board::call(&backend, per_node, work, &positions).map_err(node::moved_key),
+                    )
+                    .await;
+                    (positions, answer)
+                });
         let mut reply: BoardReply = vec![
             Err(StoreError::new(
                 StoreErrorKind::Rejected,

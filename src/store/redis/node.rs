@@ -5,15 +5,16 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use fred::clients::Pool;
-use fred::interfaces::{ClientLike, LuaInterface};
+use fred::interfaces::{ClientLike, LuaInterface, ServerInterface};
 use fred::types::config::Options;
 use fred::types::scripts::Script;
 use fred::types::Value;
 use tokio::time::Instant;
 
-use super::args::{int, CallArgs, Group, Route};
+use super::args::{int, CallArgs, Destination, Group, Route};
 use super::coalesce;
 use super::connect::RedisOptions;
 use crate::store::{NodeId, StoreError, StoreErrorKind};
@@ -35,9 +36,11 @@ pub(super) struct Backend {
     /// a refresh that asks a hung primary stalls this client, not the ones
     /// that carry decisions (fred's routing waits for its refresh).
     pub(super) discovery: Option<Pool>,
-    /// On a cluster, how to open a connection of one primary's own (see
-    /// [`Node::primary`]).
-    pub(super) direct: Option<Arc<RedisOptions>>,
+    /// How to open more connections to the deployment: a Cluster
+    /// primary's own (see [`Node::primary`]), a replicated lane's (see
+    /// [`Node::replicated`]). `None` on a backend that is itself one of
+    /// those.
+    pub(super) options: Option<Arc<RedisOptions>>,
     /// A connection of one primary's own that has not connected yet: its
     /// first calls wait for it (within their deadline) instead of failing
     /// at once.
@@ -56,6 +59,9 @@ pub(super) struct Node {
     /// A Cluster's lanes by primary, made on first use (a failover adds
     /// the new primary's; there are as many as primaries ever served).
     pub(super) primaries: parking_lot::Mutex<Vec<(NodeId, Arc<coalesce::Lane<LimitCalls>>)>>,
+    /// The lanes of `durability: replicated` items by route, made on first
+    /// use (see [`Node::replicated`]).
+    pub(super) replicated: parking_lot::Mutex<Vec<(Route, Arc<coalesce::Lane<LimitCalls>>)>>,
     /// The runtime the lanes' tasks run on: the one that made the node.
     pub(super) home: tokio::runtime::Handle,
 }
@@ -72,17 +78,60 @@ impl Node {
                 single.then_some(&home),
             ),
             primaries: parking_lot::Mutex::default(),
+            replicated: parking_lot::Mutex::default(),
             backend,
             home,
         }
     }
 
-    /// Runs `group` in the call `route` names.
-    pub(super) async fn run(&self, route: Route, group: Group) -> Result<Vec<i64>, StoreError> {
-        match route {
-            Route::Primary(node) => self.primary(&node).run(group).await,
-            Route::Slot(_) => self.lane.run(group).await,
+    /// Runs `group` in the call `route` names (on the replicated lane if
+    /// `replicated`).
+    async fn run(
+        &self,
+        route: Route,
+        replicated: bool,
+        group: Group,
+    ) -> Result<Vec<i64>, StoreError> {
+        match (&route, replicated) {
+            (_, true) => self.replicated(&route)?.run(group).await,
+            (Route::Primary(node), false) => self.primary(node).run(group).await,
+            (Route::Slot(_), false) => self.lane.run(group).await,
         }
+    }
+
+    /// The lane of `durability: replicated` items to `route`'s node: each
+    /// of its calls is followed by `WAIT 1` on the same connection, and
+    /// answers only once a replica acknowledged the call's counts (see
+    /// [`LimitCalls::call`]). `WAIT` holds its connection until then, so
+    /// the lane has a connection of its own: the node's other calls never
+    /// wait behind it. On a Cluster that refused the per-node script
+    /// (before Redis 7) the items of a slot have no connection of their
+    /// node's own to wait on, and fail.
+    fn replicated(&self, route: &Route) -> Result<Arc<coalesce::Lane<LimitCalls>>, StoreError> {
+        let mut lanes = self.replicated.lock();
+        if let Some((_, lane)) = lanes.iter().find(|(r, _)| r == route) {
+            return Ok(Arc::clone(lane));
+        }
+        let backend = match route {
+            Route::Primary(node) => self.backend.direct_to(node, &self.home),
+            Route::Slot(_) if !self.backend.clustered => self.backend.own_connection(&self.home),
+            Route::Slot(_) => None,
+        }
+        .ok_or_else(|| {
+            StoreError::new(
+                StoreErrorKind::Rejected,
+                "durability: replicated needs a connection of the node's own (on a Cluster: Redis 7 or Valkey)",
+            )
+        })?;
+        let lane = Arc::new(coalesce::Lane::new(
+            LimitCalls {
+                replicated: true,
+                ..LimitCalls::new(Arc::new(backend), matches!(route, Route::Primary(_)))
+            },
+            Some(&self.home),
+        ));
+        lanes.push((route.clone(), Arc::clone(&lane)));
+        Ok(lane)
     }
 
     /// The lane to the Cluster primary `node`, with the per-node script,
@@ -129,6 +178,15 @@ impl Node {
             .map(|b| b.pool.clone())
             .collect()
     }
+
+    /// The replicated lanes' connections (see [`Node::replicated`]).
+    pub(super) fn replicated_pools(&self) -> Vec<Pool> {
+        self.replicated
+            .lock()
+            .iter()
+            .map(|(_, lane)| lane.batch().backend.pool.clone())
+            .collect()
+    }
 }
 
 /// `call`, given up at `deadline`: then a [`StoreErrorKind::Timeout`].
@@ -167,6 +225,19 @@ impl Lanes {
 
     pub(super) fn nodes(&self) -> impl Iterator<Item = &Node> {
         std::iter::once(&self.main).chain(self.per_second.as_ref())
+    }
+
+    /// Runs `group` in the call `to` names; `deadline` is its request's.
+    pub(super) async fn run(
+        &self,
+        to: Destination,
+        mut group: Group,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<i64>, StoreError> {
+        group.deadline = deadline;
+        self.node(to.per_second)
+            .run(to.route, to.replicated, group)
+            .await
     }
 }
 
@@ -238,7 +309,10 @@ impl Backend {
     /// [`Node::primary`]), connecting on `home`; `None` off a cluster, or
     /// if `node` is not a `host:port`.
     fn direct_to(&self, node: &NodeId, home: &tokio::runtime::Handle) -> Option<Backend> {
-        let options = self.direct.as_ref()?;
+        if !self.clustered {
+            return None;
+        }
+        let options = self.options.as_ref()?;
         let name = node.to_string();
         let (host, port) = name.rsplit_once(':')?;
         let port: u16 = port.parse().ok()?;
@@ -249,20 +323,41 @@ impl Backend {
                 return None;
             }
         };
+        Some(self.on_connection(pool, node.clone(), home))
+    }
+
+    /// A backend on a connection of its own to this single node (plain or
+    /// behind sentinels), connecting on `home`; `None` on a cluster.
+    fn own_connection(&self, home: &tokio::runtime::Handle) -> Option<Backend> {
+        if self.clustered {
+            return None;
+        }
+        match self.options.as_ref()?.pool_of(1) {
+            Ok(pool) => Some(self.on_connection(pool, self.name.clone(), home)),
+            Err(e) => {
+                tracing::warn!(node = %self.name, error = %e.message, "no connection of the replicated lane's own");
+                None
+            }
+        }
+    }
+
+    /// This backend's scripts on `pool` (one connection), named `name`,
+    /// connecting on `home`: its first calls wait for the connection.
+    fn on_connection(&self, pool: Pool, name: NodeId, home: &tokio::runtime::Handle) -> Backend {
         {
             let _on_home = home.enter();
             pool.connect();
         }
-        Some(Backend {
+        Backend {
             pool,
-            clustered: true,
-            name: node.clone(),
+            clustered: self.clustered,
+            name,
             script: self.script.clone(),
             node_script: self.node_script.clone(),
             discovery: None,
-            direct: None,
+            options: None,
             connecting: AtomicBool::new(true),
-        })
+        }
     }
 
     /// Runs `script` over `keys` and `argv` on one node; its integer reply
@@ -339,6 +434,37 @@ impl Backend {
     }
 }
 
+impl Backend {
+    /// How long a replicated call waits for a replica when its requests
+    /// gave no deadline.
+    fn wait_default(&self) -> Duration {
+        self.options
+            .as_ref()
+            .map_or(Duration::from_secs(1), |o| o.timeout)
+    }
+
+    /// `WAIT 1 <wait>` on the backend's connection: `Ok` once a replica has
+    /// every write sent on it so far, else a refusal naming the durability.
+    /// Redis checks a blocked command's timeout only when its event loop
+    /// wakes (every 100 ms on an idle server at the default `hz`), so the
+    /// wait is also bounded here: past `wait`, the refusal answers while
+    /// the `WAIT` still holds the lane's connection until Redis ends it.
+    async fn wait_for_a_replica(&self, wait: Duration) -> Result<(), StoreError> {
+        let ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX).max(1);
+        let client = self.pool.next();
+        let options = fail_fast();
+        let with = client.with_options(&options);
+        match tokio::time::timeout(wait, with.wait::<i64>(1, ms)).await {
+            Ok(Ok(acknowledged)) if acknowledged >= 1 => Ok(()),
+            Ok(Err(e)) => Err(store_error(&e)),
+            Ok(Ok(_)) | Err(_) => Err(StoreError::new(
+                StoreErrorKind::Rejected,
+                format!("durability: replicated: no replica acknowledged the count within {ms} ms"),
+            )),
+        }
+    }
+}
+
 /// `limits.lua` calls on one node, for the coalescer: groups of several
 /// requests in one call, each still applied on its own.
 #[derive(Debug)]
@@ -347,14 +473,53 @@ pub(super) struct LimitCalls {
     /// The per-node script, for a Cluster primary: the groups' keys may
     /// sit on any of its slots.
     per_node: bool,
+    /// Each call is followed by `WAIT 1` on its connection (the backend's
+    /// only one): see [`Node::replicated`].
+    replicated: bool,
 }
+
+/// The least a replicated call's `WAIT` is given; and what it leaves of
+/// the time to the earliest deadline of its groups for its answer to
+/// arrive: a fifth, at least `WAIT_MARGIN`.
+const WAIT_FLOOR: Duration = Duration::from_millis(1);
+const WAIT_MARGIN: Duration = Duration::from_millis(2);
 
 impl LimitCalls {
     pub(super) fn new(backend: Arc<Backend>, per_node: bool) -> LimitCalls {
-        LimitCalls { backend, per_node }
+        LimitCalls {
+            backend,
+            per_node,
+            replicated: false,
+        }
     }
 
+    /// One script call for `groups`; on a replicated lane, answered only
+    /// once a replica acknowledged it: `WAIT 1 <ms>` on the same connection
+    /// covers every write sent on it before, and gives up before the
+    /// earliest of the groups' deadlines (so that the reply, not the
+    /// deadline, answers them: a failed replication is not the node's
+    /// timeout, and never opens its breaker). A count that no replica
+    /// acknowledged stays on the primary and is answered as the store's
+    /// failure (the items' `on_failure`).
     async fn call(&self, groups: Vec<Group>) -> Result<Vec<Vec<i64>>, StoreError> {
+        let wait = self.replicated.then(|| {
+            groups.iter().filter_map(|g| g.deadline).min().map_or(
+                self.backend.wait_default(),
+                |at| {
+                    let left = at.saturating_duration_since(Instant::now());
+                    left.saturating_sub((left / 5).max(WAIT_MARGIN))
+                        .max(WAIT_FLOOR)
+                },
+            )
+        });
+        let answers = self.script_call(groups).await?;
+        if let Some(wait) = wait {
+            self.backend.wait_for_a_replica(wait).await?;
+        }
+        Ok(answers)
+    }
+
+    async fn script_call(&self, groups: Vec<Group>) -> Result<Vec<Vec<i64>>, StoreError> {
         let backend = &self.backend;
         let CallArgs { keys, args, sizes } = CallArgs::new(groups);
         let n_keys = keys.len();

@@ -9,7 +9,7 @@ use fred::interfaces::ClusterInterface;
 use parking_lot::RwLock;
 use tokio::time::Instant;
 
-use super::args::Route;
+use super::args::{Destination, Route};
 use super::node::{Backend, Node};
 use crate::store::{NodeId, Placement, ReferenceStep};
 
@@ -39,16 +39,17 @@ struct Routes {
     read_from_primary: bool,
 }
 
-/// Batch positions grouped by the script call that can serve them, keyed by
-/// (per-second Redis?, route), in order of first appearance. A request
-/// touches few nodes, so a linear search beats a map here.
-type Groups = Vec<((bool, Route), Vec<usize>)>;
+/// Batch positions grouped by the script call that can serve them, in
+/// order of first appearance. A request touches few nodes, so a linear
+/// search beats a map here.
+type Groups = Vec<(Destination, Vec<usize>)>;
 
 impl RedisPlacement {
-    /// Positions of `keys` grouped by the script call that can serve them:
-    /// (per-second Redis?, route). Each key comes with whether it counts a
+    /// Positions of `keys` grouped by the script call that can serve them
+    /// (their [`Destination`]). Each key comes with whether it counts a
     /// one-second window (those go to the per-second Redis when there is
-    /// one) and the node its work named for it (this store's
+    /// one), whether its count must reach a replica (those go apart), and
+    /// the node its work named for it (this store's
     /// [`Placement`], asked once when the work was built). On the main
     /// cluster with the per-node script, keys group by that primary, or, for
     /// a key built without one, by their slot's primary in the routing
@@ -56,10 +57,10 @@ impl RedisPlacement {
     /// its call, which refreshes the table); else by slot.
     pub(super) fn group_by_node<'k>(
         &self,
-        keys: impl Iterator<Item = (&'k str, bool, Option<&'k NodeId>)>,
+        keys: impl Iterator<Item = (&'k str, bool, bool, Option<&'k NodeId>)>,
     ) -> Groups {
         let mut groups = Groups::new();
-        for (i, (key, one_second, named)) in keys.enumerate() {
+        for (i, (key, one_second, replicated, named)) in keys.enumerate() {
             let per_second = self.per_second.is_some() && one_second;
             let backend = self.backend(one_second);
             let per_node = !per_second && backend.node_script.is_some();
@@ -74,12 +75,14 @@ impl RedisPlacement {
                         .map_or(Route::Slot(slot), Route::Primary)
                 }
             };
-            match groups
-                .iter_mut()
-                .find(|((ps, r), _)| *ps == per_second && *r == route)
-            {
+            let to = Destination {
+                per_second,
+                route,
+                replicated,
+            };
+            match groups.iter_mut().find(|(d, _)| *d == to) {
                 Some((_, positions)) => positions.push(i),
-                None => groups.push(((per_second, route), vec![i])),
+                None => groups.push((to, vec![i])),
             }
         }
         groups

@@ -73,16 +73,18 @@ pub(super) async fn execute(
             committed: work.policy.commits(),
         };
     }
-    let groups = placement.group_by_node(
-        items
-            .iter()
-            .map(|c| (c.key.as_str(), c.limit.one_second(), c.node.as_ref())),
-    );
+    let groups = placement.group_by_node(items.iter().map(|c| {
+        (
+            c.key.as_str(),
+            c.limit.one_second(),
+            c.replicated,
+            c.node.as_ref(),
+        )
+    }));
     let parts: Vec<Part<'_>> = groups
         .into_iter()
-        .map(|((per_second, route), positions)| Part {
-            per_second,
-            route,
+        .map(|(to, positions)| Part {
+            to,
             positions,
             items,
         })
@@ -117,10 +119,7 @@ pub(super) async fn execute(
     };
     let call = |part: &Part<'_>| {
         let group = part.group(mode, &nonce, taken_at, None, |i| costs[i]);
-        until(
-            deadline,
-            lanes.node(part.per_second).run(part.route.clone(), group),
-        )
+        until(deadline, lanes.run(part.to.clone(), group, deadline))
     };
     // One node (the common case): no join.
     let replies = match parts.as_slice() {
@@ -227,11 +226,7 @@ async fn stop_across_parts(
         let only = counters(part);
         let group = part.group("read", nonce, 0, Some(&only), |i| part.items[i].cost);
         async move {
-            let reply = until(
-                deadline,
-                lanes.node(part.per_second).run(part.route.clone(), group),
-            )
-            .await;
+            let reply = until(deadline, lanes.run(part.to.clone(), group, deadline)).await;
             (only, reply)
         }
     });
@@ -287,10 +282,7 @@ async fn refund(
         }
         let at = now_us.max(&0).unsigned_abs();
         let group = part.group("refund", nonce, at, Some(&taken), |i| part.items[i].cost);
-        Some(until(
-            deadline,
-            lanes.node(part.per_second).run(part.route.clone(), group),
-        ))
+        Some(until(deadline, lanes.run(part.to.clone(), group, deadline)))
     });
     for result in futures::future::join_all(calls).await {
         if let Err(e) = result {
