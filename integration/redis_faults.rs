@@ -881,3 +881,37 @@ async fn a_replicated_rule_answers_once_a_replica_has_its_count() {
     let a = t.one("durable", "c").await;
     assert_eq!((code(&a), remaining(&a)), (OK, 4), "counted again: {a:?}");
 }
+
+/// A primary that refuses the first connection of its own (it is down
+/// when the service first calls a key of it: a partition, or a restart
+/// beside a failover) is connected to once it answers again, by the
+/// connection's own retries: its keys are counted on Redis again within a
+/// few seconds of its return, not only after the topology changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_down_at_its_first_call_is_reached_once_it_is_back() {
+    let mut cluster = RedisCluster::start();
+    let window = hour_window();
+    let mut t = on_cluster(&cluster).await;
+    let any = cluster.ports()[0];
+    let port = owner(&cluster, any, &format!("f_error_v0_{window}"));
+    cluster.kill_node(port);
+    // Both gRPC workers open their connection to it now, refused.
+    for _ in 0..10 {
+        assert!(t.one("error", "v0").await.is_err(), "its primary is down");
+    }
+    cluster.restart_node(port);
+    let back = Instant::now();
+    assert!(
+        t.answered_again("v0", 150).await,
+        "counted on Redis again within 15 s of the primary's return"
+    );
+    println!(
+        "answered by Redis again {:?} after the restart",
+        back.elapsed()
+    );
+    assert_eq!(
+        owner(&cluster, any, &format!("f_error_v0_{window}")),
+        port,
+        "the same primary, back (no failover in between)"
+    );
+}

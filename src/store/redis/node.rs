@@ -332,7 +332,7 @@ impl Backend {
         if self.clustered {
             return None;
         }
-        match self.options.as_ref()?.pool_of(1) {
+        match self.options.as_ref()?.background_pool(1) {
             Ok(pool) => Some(self.on_connection(pool, self.name.clone(), home)),
             Err(e) => {
                 tracing::warn!(node = %self.name, error = %e.message, "no connection of the replicated lane's own");
