@@ -97,11 +97,7 @@ impl RedisOptions {
         })
     }
 
-    /// fred's config for this deployment. `fail_fast`: a first connection
-    /// that fails ends the client's connection task, for a caller that
-    /// awaits it and retries itself; otherwise fred retries by its
-    /// reconnection policy from the first attempt on.
-    fn fred_config(&self, fail_fast: bool) -> Result<Config, StoreError> {
+    fn fred_config(&self) -> Result<Config, StoreError> {
         let server = match &self.target {
             Target::Tcp { host, port, .. } => ServerConfig::new_centralized(host.clone(), *port),
             Target::Unix { path } => ServerConfig::Unix { path: path.into() },
@@ -124,7 +120,7 @@ impl RedisOptions {
                 Target::Tcp { db, .. } => *db,
                 _ => None,
             },
-            fail_fast,
+            fail_fast: true,
             tls: match &self.tls {
                 Some(t) => Some(tls_config(t)?),
                 None => None,
@@ -138,8 +134,7 @@ impl RedisOptions {
     }
 
     /// One connection to the Cluster node at `host:port` alone, with the
-    /// deployment's credentials, TLS and timeouts, connecting in the
-    /// background (see [`RedisOptions::background_pool`]).
+    /// deployment's credentials, TLS and timeouts.
     pub(super) fn direct_pool(&self, host: &str, port: u16) -> Result<Pool, StoreError> {
         let direct = RedisOptions {
             target: Target::Tcp {
@@ -149,27 +144,10 @@ impl RedisOptions {
             },
             ..self.clone()
         };
-        direct.background_pool(1)
+        direct.pool_of(1)
     }
 
-    /// A pool of `size` connections for a caller that awaits its first
-    /// connection and retries it itself (at start-up).
     pub(super) fn pool_of(&self, size: usize) -> Result<Pool, StoreError> {
-        self.pool_with(size, true)
-    }
-
-    /// A pool of `size` connections opened in the background, made while
-    /// the service runs (a primary's own, a replicated lane's): a first
-    /// connection refused (the node unreachable at that moment) is retried
-    /// by the reconnection policy like any later one. (With fred's
-    /// `fail_fast` at connect, it ended the connection task: the soak saw
-    /// an instance restarted during a partition fail that primary's keys
-    /// for 100 s after the partition healed.)
-    pub(super) fn background_pool(&self, size: usize) -> Result<Pool, StoreError> {
-        self.pool_with(size, false)
-    }
-
-    fn pool_with(&self, size: usize, fail_fast: bool) -> Result<Pool, StoreError> {
         let perf = PerformanceConfig {
             default_command_timeout: self.timeout,
             ..PerformanceConfig::default()
@@ -187,7 +165,7 @@ impl RedisOptions {
         // when Redis comes back.
         let policy = ReconnectPolicy::new_exponential(0, 100, 5_000, 2);
         Pool::new(
-            self.fred_config(fail_fast)?,
+            self.fred_config()?,
             Some(perf),
             Some(conn),
             Some(policy),

@@ -332,7 +332,7 @@ impl Backend {
         if self.clustered {
             return None;
         }
-        match self.options.as_ref()?.background_pool(1) {
+        match self.options.as_ref()?.pool_of(1) {
             Ok(pool) => Some(self.on_connection(pool, self.name.clone(), home)),
             Err(e) => {
                 tracing::warn!(node = %self.name, error = %e.message, "no connection of the replicated lane's own");
@@ -342,12 +342,10 @@ impl Backend {
     }
 
     /// This backend's scripts on `pool` (one connection), named `name`,
-    /// connecting on `home`: its first calls wait for the connection.
+    /// connected by [`keep_connecting`] on `home`: its first calls wait for
+    /// the connection.
     fn on_connection(&self, pool: Pool, name: NodeId, home: &tokio::runtime::Handle) -> Backend {
-        {
-            let _on_home = home.enter();
-            pool.connect();
-        }
+        home.spawn(keep_connecting(pool.clone()));
         Backend {
             pool,
             clustered: self.clustered,
@@ -431,6 +429,29 @@ impl Backend {
         }
         .map_err(|e| store_error(&e))?;
         Ok(values)
+    }
+}
+
+/// Connects `pool` made while the service runs (a primary's own, a
+/// replicated lane's), at once, and again, 100 ms to 5 s apart, for as long
+/// as its first connection fails: fred ends a client's connection task
+/// when its first attempt fails (its later losses it retries by itself,
+/// see `pool_of`), and a call waiting for it meanwhile would wait out its
+/// deadline. (The chaos soak saw an instance started while cut off from a
+/// primary fail that primary's keys for 100 s after the cut healed.) Ends
+/// once the connection task ends without an error: the pool was quit.
+async fn keep_connecting(pool: Pool) {
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match pool.connect().await {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "a connection of a node's own failed; retrying")
+            }
+            Err(_) => return,
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
     }
 }
 

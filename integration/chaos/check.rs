@@ -1,0 +1,779 @@
+//! The checker: reads the decisions and the faults back and compares, for
+//! every rule, key and window (or span), what was admitted with what the
+//! rule allows plus the bound the docs state for the faults that
+//! overlapped it. Also: every call answered, errors only where a fault
+//! touched the key's primary, answer times, panics, memory, recovery.
+//!
+//! A decision is made at Redis's time, somewhere between its send and its
+//! answer; a window counts only the admissions certainly inside it (sent
+//! and answered within it), so a reported violation is never an artefact of
+//! the clients' clocks.
+
+use std::collections::BTreeMap;
+
+use crate::log::{Decision, Fault, FaultKind, Op, Outcome};
+use crate::rules::{Mode, Placement, Rule, Shape, Stream, DOMAIN};
+
+/// How long after a reload an instance may still run the config before it
+/// (the watcher's debounce and the load).
+const RELOAD_SETTLE_US: u64 = 3_000_000;
+/// How long after a fault healed its errors still count as its own (a
+/// breaker's cooldown, a topology read, a reconnection's back-off).
+pub const RECOVERY_PAD_US: u64 = 5_000_000;
+/// How long before a failover took effect, and after, a count the old
+/// primary acknowledged may be missing on the new one (asynchronous
+/// replication): the loss window, padded far beyond loopback's lag.
+const LOSS_PAD_US: u64 = 1_000_000;
+/// A killed instance's calls are "down", not unanswered, from its kill to
+/// this long after it listens again (the clients' reconnection).
+const RESTART_PAD_US: u64 = 3_000_000;
+/// Spans over which a token bucket's `burst + rate × t` is checked.
+const BUCKET_SPANS_US: [u64; 3] = [1_000_000, 2_000_000, 5_000_000];
+const BUCKET_STEP_US: u64 = 250_000;
+
+/// What the run was.
+pub struct Run<'a> {
+    pub streams: &'a [Stream],
+    pub decisions: &'a [Decision],
+    pub faults: &'a [Fault],
+    pub instances: usize,
+    pub start_us: u64,
+    pub end_us: u64,
+    /// The store's deadline plus 5 ms: the answer time stated for 99.9 %.
+    pub answer_bound_us: u64,
+}
+
+/// One broken bound.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    pub what: String,
+    pub rule: &'static str,
+    pub key: String,
+    /// Seconds since the run started.
+    pub at_s: f64,
+    pub faults: Vec<usize>,
+}
+
+/// Per rule: what it got, and how close it came to its bound.
+#[derive(Debug, Clone, Default)]
+pub struct RuleFigures {
+    pub name: &'static str,
+    pub calls: u64,
+    pub admitted: u64,
+    pub refused: u64,
+    pub errors: u64,
+    /// Windows or spans checked.
+    pub checked: u64,
+    /// Largest admitted − algorithm's bound over any window (≤ 0: never
+    /// above the limit); with the faults' allowance it must stay ≤ the
+    /// allowance.
+    pub worst_excess: i64,
+    /// Largest allowance any window was given for faults.
+    pub worst_allowance: u64,
+    /// Answer times of its calls while no store fault was on.
+    pub outside_faults: Latency,
+}
+
+/// A failover's measured loss: the most a window admitted above its limit
+/// among the failover's keys, of the original's windows with the default
+/// durability (`closed`, `fixed`) and with `durability: replicated`.
+#[derive(Debug, Clone)]
+pub struct Loss {
+    pub fault: usize,
+    pub kind: FaultKind,
+    pub async_excess: i64,
+    pub durable_excess: i64,
+}
+
+/// Answer times, ms.
+#[derive(Debug, Clone, Default)]
+pub struct Latency {
+    pub count: usize,
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+impl Latency {
+    fn of(mut us: Vec<u64>) -> Latency {
+        if us.is_empty() {
+            return Latency::default();
+        }
+        us.sort_unstable();
+        let at = |q: f64| us[((us.len() - 1) as f64 * q).round() as usize] as f64 / 1000.0;
+        Latency {
+            count: us.len(),
+            p50: at(0.5),
+            p99: at(0.99),
+            p999: at(0.999),
+            max: at(1.0),
+        }
+    }
+}
+
+/// The checker's findings.
+#[derive(Debug, Default)]
+pub struct Findings {
+    pub violations: Vec<Violation>,
+    pub rules: Vec<RuleFigures>,
+    pub losses: Vec<Loss>,
+    pub answered: u64,
+    pub unanswered: u64,
+    /// Calls to an instance while it was killed (refused: not unanswered).
+    pub to_dead_instances: u64,
+    pub beyond_answer_bound: u64,
+    pub during_faults: Latency,
+    pub outside_faults: Latency,
+    /// Per fault: seconds from the store's return to its last error (0 if
+    /// none after).
+    pub recovery: Vec<(usize, FaultKind, f64)>,
+    /// Per rule: answer times while no store fault was on.
+    pub rule_latency: BTreeMap<&'static str, Latency>,
+}
+
+impl Findings {
+    pub fn within_answer_bound(&self) -> f64 {
+        1.0 - self.beyond_answer_bound as f64 / self.answered.max(1) as f64
+    }
+}
+
+/// The Cluster slot of a rule's key for `value`, for a window starting at
+/// `window_start` (the original's keys name their window).
+fn slot(rule: &Rule, value: &str, window_start: u64) -> Option<u16> {
+    let descriptor = format!("{DOMAIN}_{}_{value}_", rule.name);
+    match rule.placement {
+        Placement::Original => Some(fred::util::redis_keyslot(
+            format!("{descriptor}{window_start}").as_bytes(),
+        )),
+        Placement::Tagged => Some(fred::util::redis_keyslot(descriptor.as_bytes())),
+        Placement::Anywhere => None,
+    }
+}
+
+impl Run<'_> {
+    fn rule_of(&self, stream: usize) -> Option<(&'static Rule, &Stream)> {
+        let s = self.streams.iter().find(|s| s.id == stream)?;
+        Some((Rule::by_name(s.rule)?, s))
+    }
+
+    fn at_s(&self, us: u64) -> f64 {
+        us.saturating_sub(self.start_us) as f64 / 1e6
+    }
+
+    /// Whether fault `f` touches the store for `rule`'s key `value` at
+    /// `at_us` (seen from `instance`, if given).
+    fn touches(
+        &self,
+        f: &Fault,
+        rule: &Rule,
+        value: &str,
+        at_us: u64,
+        instance: Option<usize>,
+    ) -> bool {
+        if !f.kind.touches_the_store() {
+            return false;
+        }
+        if let (Some(fi), Some(i)) = (f.instance, instance) {
+            if fi != i {
+                return false;
+            }
+        }
+        let unit = match rule.shape {
+            Shape::Window { unit_s, .. } => unit_s,
+            _ => 1,
+        };
+        match slot(rule, value, at_us / 1_000_000 / unit * unit) {
+            None => true,
+            Some(s) => f.covers(s),
+        }
+    }
+
+    /// Faults that touch the key within `[from, to]`, the fault's own
+    /// span widened by `before` and `after`.
+    fn touching(
+        &self,
+        rule: &Rule,
+        value: &str,
+        from: u64,
+        to: u64,
+        instance: Option<usize>,
+        (before, after): (u64, u64),
+    ) -> Vec<&Fault> {
+        self.faults
+            .iter()
+            .filter(|f| f.start_us.saturating_sub(before) <= to && from <= f.end_us + after)
+            .filter(|f| {
+                self.touches(f, rule, value, from, instance)
+                    || self.touches(f, rule, value, to, instance)
+            })
+            .collect()
+    }
+
+    /// The config versions that may be live in `[from, to]`.
+    fn versions(&self, from: u64, to: u64) -> Vec<usize> {
+        let mut reloads: Vec<u64> = self
+            .faults
+            .iter()
+            .filter(|f| f.kind == FaultKind::Reload)
+            .map(|f| f.start_us)
+            .collect();
+        reloads.sort_unstable();
+        let version_at = |t: u64| reloads.iter().filter(|&&r| r <= t).count() % 2;
+        let mut out = vec![
+            version_at(from.saturating_sub(RELOAD_SETTLE_US)),
+            version_at(to),
+        ];
+        for &r in &reloads {
+            if r + RELOAD_SETTLE_US >= from && r <= to {
+                out.push(version_at(r));
+                out.push(version_at(r.saturating_sub(1)));
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Instance starts (after a kill) within `[from, to]`.
+    fn restarts(&self, from: u64, to: u64) -> u64 {
+        self.faults
+            .iter()
+            .filter(|f| f.kind == FaultKind::KillInstance && f.end_us >= from && f.end_us <= to)
+            .count() as u64
+    }
+
+    /// Whether instance `i` was killed (or reconnecting) around `[send, answer]`.
+    fn instance_down(&self, i: usize, send: u64, answer: u64) -> bool {
+        self.faults.iter().any(|f| {
+            f.kind == FaultKind::KillInstance
+                && f.instance == Some(i)
+                && f.start_us <= answer
+                && send <= f.end_us + RESTART_PAD_US
+        })
+    }
+
+    /// The loss windows of the faults that can lose acknowledged counts on
+    /// `rule`'s key: a killed primary, a forced failover, a pause that let
+    /// the replica take over. A graceful failover waits for the replica to
+    /// catch up, and loses nothing.
+    fn loss_windows(&self, rule: &Rule, value: &str, from: u64, to: u64) -> Vec<(u64, u64, usize)> {
+        if rule.durable {
+            return Vec::new();
+        }
+        self.faults
+            .iter()
+            .filter(|f| match f.kind {
+                FaultKind::KillPrimary | FaultKind::ForcedFailover => true,
+                FaultKind::PausePrimary => f.promoted_us.is_some(),
+                _ => false,
+            })
+            .filter(|f| {
+                self.touches(f, rule, value, from, None) || self.touches(f, rule, value, to, None)
+            })
+            .map(|f| {
+                let took_over = f.promoted_us.unwrap_or(f.end_us);
+                let end = match f.kind {
+                    // The old primary is gone: it acknowledged nothing after.
+                    FaultKind::KillPrimary => f.start_us,
+                    _ => took_over.max(f.end_us.min(took_over + LOSS_PAD_US)),
+                };
+                (
+                    f.start_us.saturating_sub(LOSS_PAD_US),
+                    end + LOSS_PAD_US,
+                    f.id,
+                )
+            })
+            .filter(|&(a, b, _)| a <= to && from <= b)
+            .collect()
+    }
+}
+
+/// Sorted answer times of a stream's admitted hits.
+fn admitted_times(ds: &[&Decision]) -> Vec<u64> {
+    let mut t: Vec<u64> = ds
+        .iter()
+        .filter(|d| d.op == Op::Hit && d.outcome == Outcome::Ok)
+        .map(|d| d.answer_us)
+        .collect();
+    t.sort_unstable();
+    t
+}
+
+fn count_in(sorted: &[u64], from: u64, to: u64) -> u64 {
+    let a = sorted.partition_point(|&t| t < from);
+    let b = sorted.partition_point(|&t| t <= to);
+    (b - a) as u64
+}
+
+/// Checks `run`; `logs` are the instances' logs (for panics).
+pub fn check(run: &Run<'_>, logs: &[String]) -> Findings {
+    let mut findings = Findings::default();
+    let mut by_stream: BTreeMap<usize, Vec<&Decision>> = BTreeMap::new();
+    for d in run.decisions {
+        by_stream.entry(d.stream).or_default().push(d);
+    }
+    for (i, log) in logs.iter().enumerate() {
+        if let Some(line) = log.lines().find(|l| l.contains("panicked")) {
+            findings.violations.push(Violation {
+                what: format!("instance {i} panicked: {line}"),
+                rule: "-",
+                key: "-".into(),
+                at_s: 0.0,
+                faults: Vec::new(),
+            });
+        }
+    }
+    answers(run, &mut findings);
+    let mut figures: BTreeMap<&'static str, RuleFigures> = BTreeMap::new();
+    for (stream, ds) in &by_stream {
+        let Some((rule, s)) = run.rule_of(*stream) else {
+            continue;
+        };
+        let fig = figures.entry(rule.name).or_insert_with(|| RuleFigures {
+            name: rule.name,
+            ..RuleFigures::default()
+        });
+        for d in ds.iter().filter(|d| d.op == Op::Hit) {
+            fig.calls += 1;
+            match d.outcome {
+                Outcome::Ok => fig.admitted += 1,
+                Outcome::Over => fig.refused += 1,
+                Outcome::Error(_) => fig.errors += 1,
+                _ => {}
+            }
+        }
+        let mut found = Vec::new();
+        match rule.shape {
+            Shape::Window { unit_s, limits: _ } => {
+                windows(run, rule, s, ds, unit_s, fig, &mut found)
+            }
+            Shape::Bucket { rates, bursts } => {
+                spans(run, rule, s, ds, rates, bursts, fig, &mut found)
+            }
+            Shape::InFlight { max } => in_flight(run, rule, s, ds, max, fig, &mut found),
+        }
+        findings.violations.extend(found);
+    }
+    findings.rules = figures
+        .into_values()
+        .map(|mut r| {
+            r.outside_faults = findings
+                .rule_latency
+                .get(r.name)
+                .cloned()
+                .unwrap_or_default();
+            r
+        })
+        .collect();
+    findings.losses = losses(run, &by_stream);
+    findings.recovery = recovery(run);
+    findings
+}
+
+/// Every call answered (unless its instance was killed), errors only on
+/// `error` rules and only where a fault touched the key, answer times.
+fn answers(run: &Run<'_>, findings: &mut Findings) {
+    let (mut during, mut outside) = (Vec::new(), Vec::new());
+    let mut by_rule: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
+    for d in run.decisions {
+        let Some((rule, s)) = run.rule_of(d.stream) else {
+            continue;
+        };
+        let key = format!("{}={}", rule.name, s.value);
+        match &d.outcome {
+            Outcome::Down | Outcome::Timeout
+                if run.instance_down(d.instance, d.send_us, d.answer_us) =>
+            {
+                findings.to_dead_instances += 1;
+                continue;
+            }
+            Outcome::Down | Outcome::Timeout => {
+                findings.unanswered += 1;
+                findings.violations.push(Violation {
+                    what: format!(
+                        "call to running instance {} not answered ({:?})",
+                        d.instance, d.outcome
+                    ),
+                    rule: rule.name,
+                    key,
+                    at_s: run.at_s(d.send_us),
+                    faults: Vec::new(),
+                });
+                continue;
+            }
+            Outcome::Error(message) => {
+                let faults = run.touching(
+                    rule,
+                    &s.value,
+                    d.send_us,
+                    d.answer_us,
+                    Some(d.instance),
+                    (500_000, RECOVERY_PAD_US),
+                );
+                let ids: Vec<usize> = faults.iter().map(|f| f.id).collect();
+                let what = match rule.mode {
+                    Mode::Open { .. } | Mode::Closed => Some(format!(
+                        "a failure_mode {} rule answered an error: {message}",
+                        if rule.mode == Mode::Closed {
+                            "closed"
+                        } else {
+                            "open"
+                        }
+                    )),
+                    Mode::Error if faults.is_empty() => {
+                        Some(format!("store error on a key no fault touched: {message}"))
+                    }
+                    Mode::Error => None,
+                };
+                if let Some(what) = what {
+                    findings.violations.push(Violation {
+                        what,
+                        rule: rule.name,
+                        key,
+                        at_s: run.at_s(d.send_us),
+                        faults: ids,
+                    });
+                }
+            }
+            Outcome::Ok | Outcome::Over => {}
+        }
+        findings.answered += 1;
+        let latency = d.latency_us();
+        if latency > run.answer_bound_us {
+            findings.beyond_answer_bound += 1;
+        }
+        let in_fault = run.faults.iter().any(|f| {
+            f.kind.touches_the_store()
+                && f.start_us <= d.answer_us
+                && d.send_us <= f.end_us + RECOVERY_PAD_US
+        });
+        if in_fault {
+            during.push(latency);
+        } else {
+            outside.push(latency);
+            by_rule.entry(rule.name).or_default().push(latency);
+        }
+    }
+    findings.during_faults = Latency::of(during);
+    findings.outside_faults = Latency::of(outside);
+    findings.rule_latency = by_rule
+        .into_iter()
+        .map(|(r, l)| (r, Latency::of(l)))
+        .collect();
+    if findings.within_answer_bound() < 0.999 {
+        findings.violations.push(Violation {
+            what: format!(
+                "{} of {} answers after {} ms: {:.3} % within, stated 99.9 %",
+                findings.beyond_answer_bound,
+                findings.answered,
+                run.answer_bound_us / 1000,
+                findings.within_answer_bound() * 100.0
+            ),
+            rule: "-",
+            key: "-".into(),
+            at_s: 0.0,
+            faults: Vec::new(),
+        });
+    }
+}
+
+/// The open floor's allowance over `[from, to]` for `length` µs of it:
+/// every instance (and every restarted one) admits its floor per window
+/// while the store is out for the key.
+fn open_allowance(
+    run: &Run<'_>,
+    rule: &Rule,
+    floor_per_window: f64,
+    from: u64,
+    to: u64,
+    value: &str,
+) -> (u64, Vec<usize>) {
+    let Mode::Open { .. } = rule.mode else {
+        return (0, Vec::new());
+    };
+    let faults = run.touching(rule, value, from, to, None, (0, RECOVERY_PAD_US));
+    if faults.is_empty() {
+        return (0, Vec::new());
+    }
+    let copies = run.instances as u64 + run.restarts(from, to);
+    (
+        (floor_per_window * copies as f64).ceil() as u64,
+        faults.iter().map(|f| f.id).collect(),
+    )
+}
+
+/// The loss allowance over `[from, to]`: admissions answered inside a
+/// loss window may be missing on the new primary, and admitted again.
+fn loss_allowance(
+    run: &Run<'_>,
+    rule: &Rule,
+    value: &str,
+    admitted: &[u64],
+    from: u64,
+    to: u64,
+) -> (u64, Vec<usize>) {
+    let mut total = 0;
+    let mut ids = Vec::new();
+    for (a, b, id) in run.loss_windows(rule, value, from, to) {
+        total += count_in(admitted, a.max(from), b.min(to));
+        ids.push(id);
+    }
+    (total, ids)
+}
+
+/// Aligned windows: admissions certainly inside ≤ limit + allowances.
+fn windows(
+    run: &Run<'_>,
+    rule: &'static Rule,
+    s: &Stream,
+    ds: &[&Decision],
+    unit_s: u64,
+    fig: &mut RuleFigures,
+    found: &mut Vec<Violation>,
+) {
+    let unit = unit_s * 1_000_000;
+    let mut counts: BTreeMap<u64, u64> = BTreeMap::new();
+    for d in ds
+        .iter()
+        .filter(|d| d.op == Op::Hit && d.outcome == Outcome::Ok)
+    {
+        if d.send_us / unit == d.answer_us / unit {
+            *counts.entry(d.send_us / unit).or_default() += 1;
+        }
+    }
+    let admitted = admitted_times(ds);
+    for (w, n) in counts {
+        let (from, to) = (w * unit, (w + 1) * unit - 1);
+        let limit = run
+            .versions(from, to)
+            .into_iter()
+            .filter_map(|v| rule.window_bound(v))
+            .map(|(_, l)| l)
+            .max()
+            .unwrap_or(0);
+        let floor = match rule.mode {
+            Mode::Open { floor, .. } => floor as f64,
+            _ => 0.0,
+        };
+        let (open, mut ids) = open_allowance(run, rule, floor, from, to, &s.value);
+        let (loss, loss_ids) = loss_allowance(run, rule, &s.value, &admitted, from, to);
+        ids.extend(loss_ids);
+        fig.checked += 1;
+        fig.worst_excess = fig.worst_excess.max(n as i64 - limit as i64);
+        fig.worst_allowance = fig.worst_allowance.max(open + loss);
+        if n > limit + open + loss {
+            found.push(Violation {
+                what: format!("{n} admitted in a {unit_s} s window: limit {limit} + open floors {open} + failover loss {loss}"),
+                rule: rule.name,
+                key: s.value.clone(),
+                at_s: run.at_s(from),
+                faults: ids,
+            });
+        }
+    }
+}
+
+/// Token buckets: over spans of 1, 2 and 5 s every 250 ms, admissions
+/// certainly inside ≤ burst + rate × span + allowances.
+#[allow(clippy::too_many_arguments)]
+fn spans(
+    run: &Run<'_>,
+    rule: &'static Rule,
+    s: &Stream,
+    ds: &[&Decision],
+    rates: [f64; 2],
+    bursts: [f64; 2],
+    fig: &mut RuleFigures,
+    found: &mut Vec<Violation>,
+) {
+    let mut hits: Vec<(u64, u64)> = ds
+        .iter()
+        .filter(|d| d.op == Op::Hit && d.outcome == Outcome::Ok)
+        .map(|d| (d.send_us, d.answer_us))
+        .collect();
+    hits.sort_unstable();
+    let admitted = admitted_times(ds);
+    let limit = match rule.mode {
+        Mode::Open { limit, .. } => limit as f64,
+        _ => 1.0,
+    };
+    for length in BUCKET_SPANS_US {
+        let mut from = run.start_us;
+        while from + length <= run.end_us {
+            let to = from + length;
+            let first = hits.partition_point(|h| h.0 < from);
+            let n = hits[first..]
+                .iter()
+                .take_while(|h| h.0 <= to)
+                .filter(|h| h.1 <= to)
+                .count() as u64;
+            let secs = length as f64 / 1e6;
+            let bound = run
+                .versions(from, to)
+                .into_iter()
+                .map(|v| bursts[v] + rates[v] * secs)
+                .fold(0.0, f64::max);
+            // An open bucket's floor is the bucket scaled by floor / limit.
+            let floor = match rule.mode {
+                Mode::Open { floor, .. } => (bursts[0] + rates[0] * secs) * floor as f64 / limit,
+                _ => 0.0,
+            };
+            let (open, mut ids) = open_allowance(run, rule, floor, from, to, &s.value);
+            let (loss, loss_ids) = loss_allowance(run, rule, &s.value, &admitted, from, to);
+            ids.extend(loss_ids);
+            fig.checked += 1;
+            fig.worst_excess = fig.worst_excess.max(n as i64 - bound.floor() as i64);
+            fig.worst_allowance = fig.worst_allowance.max(open + loss);
+            if n as f64 > bound.floor() + (open + loss) as f64 {
+                found.push(Violation {
+                    what: format!(
+                        "{n} admitted in {secs} s: burst + rate × span {bound:.0} + open floors {open} + failover loss {loss}"
+                    ),
+                    rule: rule.name,
+                    key: s.value.clone(),
+                    at_s: run.at_s(from),
+                    faults: ids,
+                });
+            }
+            from += BUCKET_STEP_US;
+        }
+    }
+}
+
+/// In-flight: the holds the clients saw (from an admission's answer to its
+/// release's send) never exceed `max` + the slots a failover may have lost.
+fn in_flight(
+    run: &Run<'_>,
+    rule: &'static Rule,
+    s: &Stream,
+    ds: &[&Decision],
+    max: u64,
+    fig: &mut RuleFigures,
+    found: &mut Vec<Violation>,
+) {
+    let mut events: Vec<(u64, i64)> = Vec::new();
+    for d in ds {
+        match (d.op, &d.outcome) {
+            (Op::Hit, Outcome::Ok) => events.push((d.answer_us, 1)),
+            (Op::Release, _) => events.push((d.send_us, -1)),
+            _ => {}
+        }
+    }
+    // At one instant, releases first: a hold ends before the next begins.
+    events.sort_unstable();
+    let admitted = admitted_times(ds);
+    let mut held: i64 = 0;
+    let mut reported_until = 0;
+    for (t, delta) in events {
+        held += delta;
+        fig.checked += 1;
+        fig.worst_excess = fig.worst_excess.max(held - max as i64);
+        if held > max as i64 && t > reported_until {
+            let (loss, ids) = loss_allowance(
+                run,
+                rule,
+                &s.value,
+                &admitted,
+                t.saturating_sub(2_000_000),
+                t,
+            );
+            fig.worst_allowance = fig.worst_allowance.max(loss);
+            if held > (max + loss) as i64 {
+                found.push(Violation {
+                    what: format!("{held} in flight: max_in_flight {max} + failover loss {loss}"),
+                    rule: rule.name,
+                    key: s.value.clone(),
+                    at_s: run.at_s(t),
+                    faults: ids,
+                });
+                reported_until = t + 1_000_000;
+            }
+        }
+    }
+}
+
+/// Per failover: the most a window of `closed` and of `durable` admitted
+/// above its limit, among the keys on the failed-over primary, in the
+/// windows around it.
+fn losses(run: &Run<'_>, by_stream: &BTreeMap<usize, Vec<&Decision>>) -> Vec<Loss> {
+    let mut out = Vec::new();
+    for f in run.faults.iter().filter(|f| {
+        f.kind.stops_a_primary() && (f.kind != FaultKind::PausePrimary || f.promoted_us.is_some())
+    }) {
+        let mut excess = [i64::MIN, i64::MIN];
+        for (stream, ds) in by_stream {
+            let Some((rule, s)) = run.rule_of(*stream) else {
+                continue;
+            };
+            // The original's windows, same limit and rate: counted as
+            // acknowledged (`closed`, `fixed`) or replicated (`durable`).
+            let slot = match rule.name {
+                "closed" | "fixed" => 0,
+                "durable" => 1,
+                _ => continue,
+            };
+            let from = f.start_us.saturating_sub(LOSS_PAD_US) / 1_000_000;
+            let to = (f.promoted_us.unwrap_or(f.end_us) + LOSS_PAD_US) / 1_000_000;
+            for w in from..=to {
+                if !f.covers(self::slot(rule, &s.value, w).unwrap_or(0)) {
+                    continue;
+                }
+                let limit = run
+                    .versions(w * 1_000_000, (w + 1) * 1_000_000 - 1)
+                    .into_iter()
+                    .filter_map(|v| rule.window_bound(v))
+                    .map(|(_, l)| l)
+                    .max()
+                    .unwrap_or(0);
+                let n = ds
+                    .iter()
+                    .filter(|d| {
+                        d.outcome == Outcome::Ok
+                            && d.send_us / 1_000_000 == w
+                            && d.answer_us / 1_000_000 == w
+                    })
+                    .count() as i64;
+                excess[slot] = excess[slot].max(n - limit as i64);
+            }
+        }
+        out.push(Loss {
+            fault: f.id,
+            kind: f.kind,
+            async_excess: excess[0],
+            durable_excess: excess[1],
+        });
+    }
+    out
+}
+
+/// Per fault that touches the store: seconds from the moment the store was
+/// there again (the replica promoted, the link healed) to the last error of
+/// a key it touched (on the instance it touched, if one); 0 if none after.
+fn recovery(run: &Run<'_>) -> Vec<(usize, FaultKind, f64)> {
+    let mut out = Vec::new();
+    for f in run.faults.iter().filter(|f| f.kind.touches_the_store()) {
+        let back = f.promoted_us.unwrap_or(f.end_us);
+        let mut last = back;
+        for d in run.decisions {
+            let Outcome::Error(_) = d.outcome else {
+                continue;
+            };
+            if d.send_us < f.start_us || d.send_us > f.end_us + RECOVERY_PAD_US {
+                continue;
+            }
+            let Some((rule, s)) = run.rule_of(d.stream) else {
+                continue;
+            };
+            // A key on any primary says nothing of this fault's recovery.
+            if rule.placement == Placement::Anywhere {
+                continue;
+            }
+            if run.touches(f, rule, &s.value, d.send_us, Some(d.instance)) {
+                last = last.max(d.answer_us);
+            }
+        }
+        out.push((f.id, f.kind, (last - back) as f64 / 1e6));
+    }
+    out
+}
