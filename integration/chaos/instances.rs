@@ -139,11 +139,6 @@ impl Instance {
             .parse()
             .ok()
     }
-
-    /// Its log so far.
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
 }
 
 /// Spawns `cmd` from one thread that lives as long as the soak: the

@@ -175,25 +175,12 @@ fn soak(length: Duration, seed: u64, out: &Path) -> usize {
     nemesis.heal_links();
     let memory = memory.join().unwrap_or_default();
 
-    let decisions = read_decisions(out);
-    let faults: Vec<Fault> = read_lines(&out.join("faults.tsv"))
-        .iter()
-        .filter_map(|l| Fault::parse(l))
-        .collect();
-    let logs: Vec<String> = nemesis
-        .instances
-        .iter()
-        .map(|i| i.lock().expect("instance").log_text())
-        .collect();
-    let run = check::Run {
-        streams: &streams,
-        decisions: &decisions,
-        faults: &faults,
-        instances: INSTANCES,
-        start_us,
-        end_us,
-        answer_bound_us: (STORE_TIMEOUT_MS + 5) * 1000,
-    };
+    let Logs {
+        decisions,
+        faults,
+        instances: logs,
+    } = Logs::read(out);
+    let run = run_of(&streams, &decisions, &faults, start_us, end_us);
     let mut findings = check::check(&run, &logs);
     for (c, code) in exits.iter().enumerate() {
         if *code != Some(0) {
@@ -406,23 +393,12 @@ fn recheck(dir: &Path) -> usize {
         return 1;
     };
     let streams = rules::streams();
-    let decisions = read_decisions(dir);
-    let faults: Vec<Fault> = read_lines(&dir.join("faults.tsv"))
-        .iter()
-        .filter_map(|l| Fault::parse(l))
-        .collect();
-    let logs: Vec<String> = (0..INSTANCES)
-        .map(|i| std::fs::read_to_string(dir.join(format!("instance-{i}.log"))).unwrap_or_default())
-        .collect();
-    let run = check::Run {
-        streams: &streams,
-        decisions: &decisions,
-        faults: &faults,
-        instances: INSTANCES,
-        start_us: *start_us,
-        end_us: *end_us,
-        answer_bound_us: (STORE_TIMEOUT_MS + 5) * 1000,
-    };
+    let Logs {
+        decisions,
+        faults,
+        instances: logs,
+    } = Logs::read(dir);
+    let run = run_of(&streams, &decisions, &faults, *start_us, *end_us);
     let findings = check::check(&run, &logs);
     let report = report::Report {
         seed: *seed,
@@ -444,4 +420,49 @@ fn recheck(dir: &Path) -> usize {
     write_violations(dir, &findings);
     println!("{markdown}");
     findings.violations.len()
+}
+
+/// What a run wrote down in its directory, read back.
+struct Logs {
+    decisions: Vec<Decision>,
+    faults: Vec<Fault>,
+    /// Each instance's log, every start of it.
+    instances: Vec<String>,
+}
+
+impl Logs {
+    fn read(dir: &Path) -> Logs {
+        Logs {
+            decisions: read_decisions(dir),
+            faults: read_lines(&dir.join("faults.tsv"))
+                .iter()
+                .filter_map(|l| Fault::parse(l))
+                .collect(),
+            instances: (0..INSTANCES)
+                .map(|i| {
+                    std::fs::read_to_string(dir.join(format!("instance-{i}.log")))
+                        .unwrap_or_default()
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The checker's view of a run from `start_us` to `end_us`.
+fn run_of<'a>(
+    streams: &'a [rules::Stream],
+    decisions: &'a [Decision],
+    faults: &'a [Fault],
+    start_us: u64,
+    end_us: u64,
+) -> check::Run<'a> {
+    check::Run {
+        streams,
+        decisions,
+        faults,
+        instances: INSTANCES,
+        start_us,
+        end_us,
+        answer_bound_us: (STORE_TIMEOUT_MS + 5) * 1000,
+    }
 }
