@@ -44,54 +44,36 @@ fn run(program: &str, args: &[&str]) -> Result<(), String> {
     }
 }
 
-fn cut_rule(action: &str, uid: u32, port: u16) -> Vec<String> {
-    [
-        action,
-        "OUTPUT",
-        "-o",
-        "lo",
-        "-p",
-        "tcp",
-        "--dport",
-        &port.to_string(),
-        "-m",
-        "owner",
-        "--uid-owner",
-        &uid.to_string(),
-        "-j",
-        "REJECT",
-        "--reject-with",
-        "tcp-reset",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+/// An iptables rule of `table` on instance `uid`'s TCP packets to `port`
+/// on loopback, jumping to `target` (`-A` adds it, `-D` removes it).
+fn owner_rule(table: &str, action: &str, uid: u32, port: u16, target: &[&str]) -> Vec<String> {
+    let (port, uid) = (port.to_string(), uid.to_string());
+    let mut rule: Vec<&str> = vec!["-t", table, action, "OUTPUT", "-o", "lo", "-p", "tcp"];
+    rule.extend(["--dport", &port, "-m", "owner", "--uid-owner", &uid, "-j"]);
+    rule.extend(target);
+    rule.into_iter().map(str::to_string).collect()
 }
 
+/// Rejects the packets with a TCP reset: the connection is reset, new ones refused.
+fn cut_rule(action: &str, uid: u32, port: u16) -> Vec<String> {
+    owner_rule(
+        "filter",
+        action,
+        uid,
+        port,
+        &["REJECT", "--reject-with", "tcp-reset"],
+    )
+}
+
+/// Redirects new connections to the local port `to` (a proxy).
 fn redirect_rule(action: &str, uid: u32, port: u16, to: u16) -> Vec<String> {
-    [
-        "-t",
+    owner_rule(
         "nat",
         action,
-        "OUTPUT",
-        "-o",
-        "lo",
-        "-p",
-        "tcp",
-        "--dport",
-        &port.to_string(),
-        "-m",
-        "owner",
-        "--uid-owner",
-        &uid.to_string(),
-        "-j",
-        "REDIRECT",
-        "--to-ports",
-        &to.to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+        uid,
+        port,
+        &["REDIRECT", "--to-ports", &to.to_string()],
+    )
 }
 
 fn iptables(rule: &[String]) -> Result<(), String> {
