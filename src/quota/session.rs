@@ -398,7 +398,11 @@ fn leave(board: Drawn, line: u64) -> BoardStep {
 
 /// The token bucket for an assignment of `assigned` requests per second;
 /// the one Envoy runs if that is the same in substance (a new one would
-/// start full).
+/// start full) and not above `assigned`. The board keeps the assignments
+/// on it within the rate by cutting a kept share to its target, a move of
+/// any size: a bucket kept above its share would undo that cut, so every
+/// bucket sent runs at most its share, and the Envoys on a board at most
+/// its rate.
 fn strategy_for(state: &BucketState, assigned: f64) -> Strategy {
     let (rate, burst) = state
         .board
@@ -410,7 +414,11 @@ fn strategy_for(state: &BucketState, assigned: f64) -> Strategy {
         0.0
     };
     match state.sent {
-        Some(Strategy::Bucket(old)) if !moved(old.rate(), assigned, rate) => Strategy::Bucket(old),
+        Some(Strategy::Bucket(old))
+            if old.rate() <= assigned && !moved(old.rate(), assigned, rate) =>
+        {
+            Strategy::Bucket(old)
+        }
         _ => Strategy::Bucket(EnvoyBucket::for_rate(assigned, burst)),
     }
 }

@@ -228,3 +228,53 @@ async fn expire_all_sends_each_assignment_with_a_ttl_of_zero() {
     assert_eq!(expired.len(), 1);
     assert!(matches!(expired[0].1, Action::Assign { ttl, .. } if ttl.is_zero()));
 }
+
+/// The rate a session's last action for its one bucket runs.
+fn rate_of(a: &Action) -> f64 {
+    match a {
+        Action::Assign {
+            strategy: Strategy::Bucket(b),
+            ..
+        } => b.rate(),
+        other => panic!("not a token bucket: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_share_the_board_cuts_to_keep_within_the_rate_is_never_kept_above_it() {
+    // Three Envoys split 100 a second evenly (33.3 each). The first reports
+    // 25.6 a second (32 with headroom): a move too small to send. When the
+    // third leaves, the second's share grows to 68 and, since 33.3 + 68
+    // would pass the rate, the board cuts the first to its 32. The first
+    // must run at most 32 from then on, though the cut is a small move.
+    let f = fixture(QuotaOptions::default());
+    let (mut a, mut a_pushes) = f.quotas.open();
+    let (mut b, mut b_pushes) = f.quotas.open();
+    let (mut c, _) = f.quotas.open();
+    let mut runs = [0.0; 2];
+    for (i, s) in [&mut a, &mut b, &mut c].into_iter().enumerate() {
+        let action = one(s, "q", usage("fleet", None, 0)).await.expect("a share");
+        if i < 2 {
+            runs[i] = rate_of(&action);
+        }
+    }
+    for (s, allowed) in [(&mut a, 128), (&mut b, 5_000), (&mut c, 5_000)] {
+        one(s, "q", usage("fleet", Some(5), allowed)).await;
+    }
+    c.close().await;
+    for (i, (s, pushes)) in [(&mut a, &mut a_pushes), (&mut b, &mut b_pushes)]
+        .into_iter()
+        .enumerate()
+    {
+        while let Ok(p) = pushes.try_recv() {
+            if let Some((_, action)) = s.pushed(p) {
+                runs[i] = rate_of(&action);
+            }
+        }
+    }
+    assert!((runs[1] - 68.0).abs() < 1.0, "the second grew: {runs:?}");
+    assert!(
+        runs[0] + runs[1] <= 100.0 + 1e-9,
+        "the Envoys run {runs:?}: past the rate"
+    );
+}
