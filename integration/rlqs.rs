@@ -73,7 +73,7 @@ async fn round(fleet: &mut [SimEnvoy], seen: &mut Vec<u32>) -> Round {
     let mut refilled = 0;
     for (e, seen) in fleet.iter().zip(seen.iter_mut()) {
         if e.changes != *seen {
-            if let Enforced::Bucket(max, _, _) = e.enforced {
+            if let Enforced::Bucket(max, _, _) = e.gate.enforced {
                 refilled += u64::from(max);
             }
             *seen = e.changes;
@@ -280,7 +280,7 @@ async fn a_minute_rule_is_a_rate_and_buckets_find_their_rules() {
     }
     println!(
         "per-minute rule: {minute} allowed in 60 s of 600; {:?}",
-        fleet[0].enforced
+        fleet[0].gate.enforced
     );
     assert!((510..=660).contains(&minute), "{minute} of 600 a minute");
 
@@ -300,12 +300,12 @@ async fn a_minute_rule_is_a_rate_and_buckets_find_their_rules() {
     }
     println!(
         "nested rule of 50/s at 80/s: {allowed} allowed in 20 s; {:?}",
-        nested.enforced
+        nested.gate.enforced
     );
     assert!(
-        matches!(nested.enforced, Enforced::Bucket(..)),
+        matches!(nested.gate.enforced, Enforced::Bucket(..)),
         "{:?}",
-        nested.enforced
+        nested.gate.enforced
     );
     assert!((850..=1_100).contains(&allowed), "{allowed} of 1,000");
 
@@ -320,7 +320,7 @@ async fn a_minute_rule_is_a_rate_and_buckets_find_their_rules() {
         let mut e = SimEnvoy::connect(svc.grpc, domain, &pairs, 10.0, domain == "q").await;
         e.start().await;
         e.round(ROUND).await;
-        assert_eq!(e.enforced, want, "{domain} {pairs:?}");
+        assert_eq!(e.gate.enforced, want, "{domain} {pairs:?}");
     }
     // Reported usage counts in the rule's statistics.
     let stats = svc.debug("/stats").body;
@@ -360,7 +360,7 @@ async fn sigterm_expires_every_assignment_at_once() {
     println!("at SIGTERM: {told:?}");
     assert_eq!(e.ttl, Some(Duration::ZERO), "expired at once");
     assert!(
-        matches!(e.enforced, Enforced::Bucket(..)),
+        matches!(e.gate.enforced, Enforced::Bucket(..)),
         "the same strategy: no refill"
     );
 }
@@ -394,15 +394,15 @@ descriptors:
     let mut strict = SimEnvoy::connect(svc.grpc, "q", &[("strict", "s")], 50.0, false).await;
     plain.start().await;
     strict.start().await;
-    assert!(matches!(plain.enforced, Enforced::Bucket(..)));
-    assert!(matches!(strict.enforced, Enforced::Bucket(..)));
+    assert!(matches!(plain.gate.enforced, Enforced::Bucket(..)));
+    assert!(matches!(strict.gate.enforced, Enforced::Bucket(..)));
     redis.pause();
     let mut took = Vec::new();
     for e in [&mut plain, &mut strict] {
         let t = tokio::time::Instant::now();
         e.round(1).await;
         took.push(t.elapsed());
-        assert!(matches!(e.enforced, Enforced::Bucket(..)), "kept");
+        assert!(matches!(e.gate.enforced, Enforced::Bucket(..)), "kept");
     }
     // Past the TTL: the policies answer.
     tokio::time::sleep(Duration::from_millis(1_100)).await;
@@ -417,24 +417,28 @@ descriptors:
         assert!(*t < Duration::from_millis(900), "{took:?}");
     }
     assert!(
-        matches!(plain.enforced, Enforced::Bucket(..)),
+        matches!(plain.gate.enforced, Enforced::Bucket(..)),
         "failure_mode error sends nothing: {:?}",
-        plain.enforced
+        plain.gate.enforced
     );
-    assert_eq!(strict.enforced, Enforced::DenyAll, "failure_mode closed");
+    assert_eq!(
+        strict.gate.enforced,
+        Enforced::DenyAll,
+        "failure_mode closed"
+    );
     // Redis back: the bucket is assigned again, once the breaker's probe
     // finds it answering.
     for _ in 0..50 {
         strict.round(1).await;
-        if matches!(strict.enforced, Enforced::Bucket(..)) {
+        if matches!(strict.gate.enforced, Enforced::Bucket(..)) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(
-        matches!(strict.enforced, Enforced::Bucket(..)),
+        matches!(strict.gate.enforced, Enforced::Bucket(..)),
         "assigned again: {:?}",
-        strict.enforced
+        strict.gate.enforced
     );
     assert!(svc.stat("ratelimit.rlqs.board_failure") >= 4);
 }

@@ -11,7 +11,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::log::{Decision, Fault, FaultKind, Op, Outcome};
+use crate::boards::{self, BoardFigures};
+use crate::log::{Decision, Fault, FaultKind, Op, Outcome, QuotaEvent};
 use crate::rules::{Mode, Placement, Rule, Shape, Stream, DOMAIN};
 
 /// How long after a reload an instance may still run the config before it
@@ -35,6 +36,8 @@ const BUCKET_STEP_US: u64 = 250_000;
 pub struct Run<'a> {
     pub streams: &'a [Stream],
     pub decisions: &'a [Decision],
+    /// What the RLQS Envoys did and heard.
+    pub quota: &'a [QuotaEvent],
     pub faults: &'a [Fault],
     pub instances: usize,
     pub start_us: u64,
@@ -96,7 +99,7 @@ pub struct Latency {
 }
 
 impl Latency {
-    fn of(mut us: Vec<u64>) -> Latency {
+    pub fn of(mut us: Vec<u64>) -> Latency {
         if us.is_empty() {
             return Latency::default();
         }
@@ -130,6 +133,8 @@ pub struct Findings {
     pub recovery: Vec<(usize, FaultKind, f64)>,
     /// Per rule: answer times while no store fault was on.
     pub rule_latency: BTreeMap<&'static str, Latency>,
+    /// Per RLQS board: its split, newcomers and reports.
+    pub boards: Vec<BoardFigures>,
 }
 
 impl Findings {
@@ -157,7 +162,7 @@ impl Run<'_> {
         Some((Rule::by_name(s.rule)?, s))
     }
 
-    fn at_s(&self, us: u64) -> f64 {
+    pub fn at_s(&self, us: u64) -> f64 {
         us.saturating_sub(self.start_us) as f64 / 1e6
     }
 
@@ -191,7 +196,7 @@ impl Run<'_> {
 
     /// Faults that touch the key within `[from, to]`, the fault's own
     /// span widened by `before` and `after`.
-    fn touching(
+    pub fn touching(
         &self,
         rule: &Rule,
         value: &str,
@@ -211,7 +216,7 @@ impl Run<'_> {
     }
 
     /// The config versions that may be live in `[from, to]`.
-    fn versions(&self, from: u64, to: u64) -> Vec<usize> {
+    pub fn versions(&self, from: u64, to: u64) -> Vec<usize> {
         let mut reloads: Vec<u64> = self
             .faults
             .iter()
@@ -244,7 +249,7 @@ impl Run<'_> {
     }
 
     /// Whether instance `i` was killed (or reconnecting) around `[send, answer]`.
-    fn instance_down(&self, i: usize, send: u64, answer: u64) -> bool {
+    pub fn instance_down(&self, i: usize, send: u64, answer: u64) -> bool {
         self.faults.iter().any(|f| {
             f.kind == FaultKind::KillInstance
                 && f.instance == Some(i)
@@ -324,7 +329,8 @@ pub fn check(run: &Run<'_>, logs: &[String]) -> Findings {
             });
         }
     }
-    answers(run, &mut findings);
+    let reports = boards::check(run, &mut findings);
+    answers(run, &reports, &mut findings);
     let mut figures: BTreeMap<&'static str, RuleFigures> = BTreeMap::new();
     for (stream, ds) in &by_stream {
         let Some((rule, s)) = run.rule_of(*stream) else {
@@ -352,6 +358,8 @@ pub fn check(run: &Run<'_>, logs: &[String]) -> Findings {
                 spans(run, rule, s, ds, rates, bursts, fig, &mut found)
             }
             Shape::InFlight { max } => in_flight(run, rule, s, ds, max, fig, &mut found),
+            // Its Envoys make no calls: see `boards`.
+            Shape::Board { .. } => {}
         }
         findings.violations.extend(found);
     }
@@ -372,8 +380,9 @@ pub fn check(run: &Run<'_>, logs: &[String]) -> Findings {
 }
 
 /// Every call answered (unless its instance was killed), errors only on
-/// `error` rules and only where a fault touched the key, answer times.
-fn answers(run: &Run<'_>, findings: &mut Findings) {
+/// `error` rules and only where a fault touched the key, answer times (the
+/// calls' and the RLQS reports', `reports` as send and answer times).
+fn answers(run: &Run<'_>, reports: &[(u64, u64)], findings: &mut Findings) {
     let (mut during, mut outside) = (Vec::new(), Vec::new());
     let mut by_rule: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
     for d in run.decisions {
@@ -440,20 +449,20 @@ fn answers(run: &Run<'_>, findings: &mut Findings) {
         }
         findings.answered += 1;
         let latency = d.latency_us();
-        if latency > run.answer_bound_us {
-            findings.beyond_answer_bound += 1;
-        }
-        let in_fault = run.faults.iter().any(|f| {
-            f.kind.touches_the_store()
-                && f.start_us <= d.answer_us
-                && d.send_us <= f.end_us + RECOVERY_PAD_US
-        });
-        if in_fault {
-            during.push(latency);
-        } else {
-            outside.push(latency);
+        if tally(
+            run,
+            d.send_us,
+            d.answer_us,
+            findings,
+            &mut during,
+            &mut outside,
+        ) {
             by_rule.entry(rule.name).or_default().push(latency);
         }
+    }
+    for &(send_us, answer_us) in reports {
+        findings.answered += 1;
+        tally(run, send_us, answer_us, findings, &mut during, &mut outside);
     }
     findings.during_faults = Latency::of(during);
     findings.outside_faults = Latency::of(outside);
@@ -476,6 +485,33 @@ fn answers(run: &Run<'_>, findings: &mut Findings) {
             faults: Vec::new(),
         });
     }
+}
+
+/// Counts one answer's time, during store faults or outside them; whether
+/// it was outside.
+fn tally(
+    run: &Run<'_>,
+    send_us: u64,
+    answer_us: u64,
+    findings: &mut Findings,
+    during: &mut Vec<u64>,
+    outside: &mut Vec<u64>,
+) -> bool {
+    let latency = answer_us.saturating_sub(send_us);
+    if latency > run.answer_bound_us {
+        findings.beyond_answer_bound += 1;
+    }
+    let in_fault = run.faults.iter().any(|f| {
+        f.kind.touches_the_store()
+            && f.start_us <= answer_us
+            && send_us <= f.end_us + RECOVERY_PAD_US
+    });
+    if in_fault {
+        during.push(latency);
+    } else {
+        outside.push(latency);
+    }
+    !in_fault
 }
 
 /// The open floor's allowance over `[from, to]` for `length` µs of it:

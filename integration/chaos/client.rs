@@ -1,6 +1,7 @@
 //! A client process of the soak: offers its streams to the instances, in
 //! turn, until the end time, and logs every call with its send and answer
-//! times (see [`crate::log::Decision`]).
+//! times (see [`crate::log::Decision`]); a board rule's streams are RLQS
+//! Envoys ([`crate::quota`]), which log what they did and heard.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -11,7 +12,8 @@ use tokio::sync::{mpsc, Semaphore};
 use tonic::transport::Channel;
 
 use crate::log::{now_us, Decision, Op, Outcome};
-use crate::rules::{Stream, DOMAIN};
+use crate::quota;
+use crate::rules::{Rule, Stream, DOMAIN};
 use crate::support;
 
 /// How long a call may take before the client gives up on it: far past
@@ -22,65 +24,93 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(1);
 /// (an instance that hangs must not make a client grow without bound).
 const IN_FLIGHT: usize = 64;
 
-/// `client LOG END_US ADDR,ADDR,… STREAM…`: runs until `END_US` (unix µs).
+/// `client LOG QUOTA_LOG END_US ADDR,ADDR,… STREAM…`: runs until `END_US`
+/// (unix µs).
 pub fn main(args: &[String]) {
-    let [log, end, addrs, streams @ ..] = args else {
-        eprintln!("usage: chaos client LOG END_US ADDRS STREAM…");
+    let [log, quota_log, end, addrs, streams @ ..] = args else {
+        eprintln!("usage: chaos client LOG QUOTA_LOG END_US ADDRS STREAM…");
         std::process::exit(2);
     };
     let end_us: u64 = end.parse().unwrap_or(0);
     let addrs: Vec<String> = addrs.split(',').map(str::to_string).collect();
     let streams: Vec<Stream> = streams.iter().filter_map(|s| Stream::from_arg(s)).collect();
-    let file = match std::fs::File::create(log) {
+    let create = |path: &str| match std::fs::File::create(path) {
         Ok(f) => f,
         Err(e) => {
-            eprintln!("chaos client: cannot write {log}: {e}");
+            eprintln!("chaos client: cannot write {path}: {e}");
             std::process::exit(2);
         }
     };
+    let (file, quota_file) = (create(log), create(quota_log));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    runtime.block_on(run(file, end_us, addrs, streams));
+    runtime.block_on(run(file, quota_file, end_us, addrs, streams));
 }
 
-async fn run(file: std::fs::File, end_us: u64, addrs: Vec<String>, streams: Vec<Stream>) {
-    let clients: Vec<RateLimitServiceClient<Channel>> = addrs
-        .iter()
-        .map(|a| {
-            let channel = Channel::from_shared(format!("http://{a}"))
-                .expect("an instance's address")
-                .connect_timeout(Duration::from_millis(200))
-                .connect_lazy();
-            RateLimitServiceClient::new(channel)
-        })
-        .collect();
-    let clients = Arc::new(clients);
-    let (tx, mut rx) = mpsc::unbounded_channel::<Decision>();
-    let writer = tokio::task::spawn_blocking(move || {
+/// A task writing each line it is sent to `file`, until every sender is gone.
+fn writer(file: std::fs::File) -> (mpsc::UnboundedSender<String>, tokio::task::JoinHandle<()>) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+    let task = tokio::task::spawn_blocking(move || {
         let mut out = std::io::BufWriter::new(file);
-        while let Some(d) = rx.blocking_recv() {
-            if writeln!(out, "{}", d.line()).is_err() {
+        while let Some(line) = rx.blocking_recv() {
+            if writeln!(out, "{line}").is_err() {
                 break;
             }
         }
         let _ = out.flush();
     });
+    (tx, task)
+}
+
+async fn run(
+    file: std::fs::File,
+    quota_file: std::fs::File,
+    end_us: u64,
+    addrs: Vec<String>,
+    streams: Vec<Stream>,
+) {
+    let channels: Vec<Channel> = addrs
+        .iter()
+        .map(|a| {
+            Channel::from_shared(format!("http://{a}"))
+                .expect("an instance's address")
+                .connect_timeout(Duration::from_millis(200))
+                .connect_lazy()
+        })
+        .collect();
+    let clients = Arc::new(
+        channels
+            .iter()
+            .cloned()
+            .map(RateLimitServiceClient::new)
+            .collect::<Vec<_>>(),
+    );
+    let (tx, decisions_written) = writer(file);
+    let (quota_tx, heard_written) = writer(quota_file);
     let mut tasks = Vec::new();
     for stream in streams {
         let (clients, tx) = (Arc::clone(&clients), tx.clone());
+        let board = Rule::by_name(stream.rule).is_some_and(Rule::is_board);
         tasks.push(match stream.hold_ms {
+            _ if board => tokio::spawn(quota::envoy(
+                stream,
+                channels.clone(),
+                quota_tx.clone(),
+                end_us,
+            )),
             None => tokio::spawn(offer(stream, clients, tx, end_us)),
             Some(_) => tokio::spawn(hold(stream, clients, tx, end_us)),
         });
     }
-    drop(tx);
+    drop((tx, quota_tx));
     for t in tasks {
         let _ = t.await;
     }
-    let _ = writer.await;
+    let _ = decisions_written.await;
+    let _ = heard_written.await;
 }
 
 /// Calls at the stream's rate, open loop: a slow answer does not slow the
@@ -88,7 +118,7 @@ async fn run(file: std::fs::File, end_us: u64, addrs: Vec<String>, streams: Vec<
 async fn offer(
     stream: Stream,
     clients: Arc<Vec<RateLimitServiceClient<Channel>>>,
-    tx: mpsc::UnboundedSender<Decision>,
+    tx: mpsc::UnboundedSender<String>,
     end_us: u64,
 ) {
     let period = Duration::from_secs_f64(1.0 / stream.rate.max(0.1));
@@ -107,7 +137,7 @@ async fn offer(
         let (client, tx, stream) = (clients[instance].clone(), tx.clone(), Arc::clone(&stream));
         tokio::spawn(async move {
             let d = call(client, &stream, instance, Op::Hit).await;
-            let _ = tx.send(d);
+            let _ = tx.send(d.line());
             drop(permit);
         });
     }
@@ -118,7 +148,7 @@ async fn offer(
 async fn hold(
     stream: Stream,
     clients: Arc<Vec<RateLimitServiceClient<Channel>>>,
-    tx: mpsc::UnboundedSender<Decision>,
+    tx: mpsc::UnboundedSender<String>,
     end_us: u64,
 ) {
     let (lo, hi) = stream.hold_ms.unwrap_or((50, 150));
@@ -133,7 +163,7 @@ async fn hold(
                     let instance = seq % clients.len();
                     let taken = call(clients[instance].clone(), &stream, instance, Op::Hit).await;
                     let admitted = taken.outcome == Outcome::Ok;
-                    let _ = tx.send(taken);
+                    let _ = tx.send(taken.line());
                     if !admitted {
                         tokio::time::sleep(Duration::from_millis(20)).await;
                         continue;
@@ -142,7 +172,7 @@ async fn hold(
                     tokio::time::sleep(Duration::from_millis(ms)).await;
                     let given =
                         call(clients[instance].clone(), &stream, instance, Op::Release).await;
-                    let _ = tx.send(given);
+                    let _ = tx.send(given.line());
                 }
             })
         })

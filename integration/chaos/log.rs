@@ -1,8 +1,12 @@
 //! What the soak writes down: every call a client made (one line each, in
-//! `decisions-<client>.csv`) and every fault the nemesis caused
-//! (`faults.tsv`), both read back by the checker.
+//! `decisions-<client>.csv`), everything its RLQS Envoys did and heard
+//! (`quota-<client>.csv`), and every fault the nemesis caused
+//! (`faults.tsv`), all read back by the checker.
 
 use std::fmt;
+use std::time::Duration;
+
+use crate::support::envoy_quota::{Enforced, Told};
 
 /// Unix time in µs: the clock Redis decides on (`TIME`), on this machine.
 pub fn now_us() -> u64 {
@@ -275,5 +279,130 @@ impl Fault {
     /// Whether the fault's primary served `slot` when it started.
     pub fn covers(&self, slot: u16) -> bool {
         self.slots.iter().any(|&(a, b)| a <= slot && slot <= b)
+    }
+}
+
+/// What an RLQS Envoy of the soak did or heard, in `quota-<client>.csv`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuotaEvent {
+    pub stream: usize,
+    /// The instance of its stream then.
+    pub instance: usize,
+    pub at_us: u64,
+    pub what: Heard,
+}
+
+/// The events of an RLQS Envoy.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Heard {
+    /// A stream opened: the Envoy joined, offering `demand` a second.
+    Join { demand: f64 },
+    /// No stream could be opened.
+    Refused,
+    /// A report of its usage since the one before (`first`: the
+    /// stream's first, `time_elapsed` 0).
+    Report {
+        first: bool,
+        allowed: u64,
+        denied: u64,
+    },
+    /// A message of the server and what it told the bucket (nothing: a
+    /// report answered while the board could not answer and the
+    /// assignment is live).
+    Message { told: Option<Told> },
+    /// The Envoy closed its stream: it left, and enforces nothing.
+    Leave,
+    /// The server or the transport ended the stream.
+    Broken,
+}
+
+impl QuotaEvent {
+    /// `stream,instance,at_us,event[,fields]`.
+    pub fn line(&self) -> String {
+        let ttl = |t: Option<Duration>| t.map_or("-".to_string(), |t| t.as_millis().to_string());
+        let what = match &self.what {
+            Heard::Join { demand } => format!("join,{demand}"),
+            Heard::Refused => "refused".to_string(),
+            Heard::Report {
+                first,
+                allowed,
+                denied,
+            } => {
+                format!("report,{},{allowed},{denied}", u8::from(*first))
+            }
+            Heard::Message { told } => match told {
+                None => "msg,none".to_string(),
+                Some(Told::Abandon) => "msg,abandon".to_string(),
+                Some(Told::Assign { enforced, ttl: t }) => match enforced {
+                    Enforced::AllowAll => format!("msg,allow,{}", ttl(*t)),
+                    Enforced::DenyAll => format!("msg,deny,{}", ttl(*t)),
+                    Enforced::Bucket(max, per_fill, interval) => {
+                        format!("msg,bucket,{max},{per_fill},{interval},{}", ttl(*t))
+                    }
+                },
+            },
+            Heard::Leave => "leave".to_string(),
+            Heard::Broken => "broken".to_string(),
+        };
+        format!("{},{},{},{what}", self.stream, self.instance, self.at_us)
+    }
+
+    pub fn parse(line: &str) -> Option<QuotaEvent> {
+        let f: Vec<&str> = line.split(',').collect();
+        let [stream, instance, at_us, kind, rest @ ..] = f.as_slice() else {
+            return None;
+        };
+        let ttl = |s: &str| -> Option<Option<Duration>> {
+            match s {
+                "-" => Some(None),
+                ms => Some(Some(Duration::from_millis(ms.parse().ok()?))),
+            }
+        };
+        let what = match (*kind, rest) {
+            ("join", [demand]) => Heard::Join {
+                demand: demand.parse().ok()?,
+            },
+            ("refused", []) => Heard::Refused,
+            ("report", [first, allowed, denied]) => Heard::Report {
+                first: *first == "1",
+                allowed: allowed.parse().ok()?,
+                denied: denied.parse().ok()?,
+            },
+            ("msg", ["none"]) => Heard::Message { told: None },
+            ("msg", ["abandon"]) => Heard::Message {
+                told: Some(Told::Abandon),
+            },
+            ("msg", ["allow", t]) => Heard::Message {
+                told: Some(Told::Assign {
+                    enforced: Enforced::AllowAll,
+                    ttl: ttl(t)?,
+                }),
+            },
+            ("msg", ["deny", t]) => Heard::Message {
+                told: Some(Told::Assign {
+                    enforced: Enforced::DenyAll,
+                    ttl: ttl(t)?,
+                }),
+            },
+            ("msg", ["bucket", max, per_fill, interval, t]) => Heard::Message {
+                told: Some(Told::Assign {
+                    enforced: Enforced::Bucket(
+                        max.parse().ok()?,
+                        per_fill.parse().ok()?,
+                        interval.parse().ok()?,
+                    ),
+                    ttl: ttl(t)?,
+                }),
+            },
+            ("leave", []) => Heard::Leave,
+            ("broken", []) => Heard::Broken,
+            _ => return None,
+        };
+        Some(QuotaEvent {
+            stream: stream.parse().ok()?,
+            instance: instance.parse().ok()?,
+            at_us: at_us.parse().ok()?,
+            what,
+        })
     }
 }

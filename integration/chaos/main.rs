@@ -18,12 +18,14 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod boards;
 mod check;
 mod client;
 mod faults;
 mod instances;
 mod links;
 mod log;
+mod quota;
 mod report;
 mod rules;
 
@@ -35,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use crate::faults::Nemesis;
 use crate::instances::Instance;
-use crate::log::{now_us, Decision, Fault};
+use crate::log::{now_us, Decision, Fault, QuotaEvent};
 
 /// The store's deadline the instances run with (the default).
 const STORE_TIMEOUT_MS: u64 = 50;
@@ -134,6 +136,7 @@ fn soak(length: Duration, seed: u64, out: &Path) -> usize {
     let cluster = support::redis::RedisCluster::start();
     let seeds = cluster.seeds().join(",");
     let runtime = out.join("runtime/current");
+    let rlqs_ttl = format!("{}s", quota::ASSIGNMENT_TTL.as_secs());
     let env: Vec<(String, String)> = [
         ("BACKEND_TYPE", "redis"),
         ("REDIS_SOCKET_TYPE", "tcp"),
@@ -144,6 +147,7 @@ fn soak(length: Duration, seed: u64, out: &Path) -> usize {
         ("RUNTIME_WATCH_ROOT", "false"),
         ("STORE_TIMEOUT", &format!("{STORE_TIMEOUT_MS}ms")),
         ("LEASE_MIN_RATE", "20"),
+        ("RLQS_ASSIGNMENT_TTL", &rlqs_ttl),
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -177,10 +181,11 @@ fn soak(length: Duration, seed: u64, out: &Path) -> usize {
 
     let Logs {
         decisions,
+        quota,
         faults,
         instances: logs,
     } = Logs::read(out);
-    let run = run_of(&streams, &decisions, &faults, start_us, end_us);
+    let run = run_of(&streams, &decisions, &quota, &faults, start_us, end_us);
     let mut findings = check::check(&run, &logs);
     for (c, code) in exits.iter().enumerate() {
         if *code != Some(0) {
@@ -193,11 +198,14 @@ fn soak(length: Duration, seed: u64, out: &Path) -> usize {
             });
         }
     }
+    let is_envoy =
+        |s: &rules::Stream| rules::Rule::by_name(s.rule).is_some_and(rules::Rule::is_board);
     let offered: f64 = streams
         .iter()
-        .filter(|s| s.hold_ms.is_none())
+        .filter(|s| s.hold_ms.is_none() && !is_envoy(s))
         .map(|s| s.rate)
         .sum();
+    let envoys = streams.iter().filter(|s| is_envoy(s)).count();
     let warm_up_s = 60.0_f64.min(length.as_secs_f64() / 4.0);
     if let Some((i, a, b, span)) = report::memory_growth(&memory, warm_up_s) {
         if length >= Duration::from_secs(600) && !report::flat(a, b) {
@@ -218,12 +226,16 @@ fn soak(length: Duration, seed: u64, out: &Path) -> usize {
             "{INSTANCES} instances of `{}` on a 6-node Redis Cluster ({}; node timeout 2 s, \
              `cluster-require-full-coverage no`), `STORE_TIMEOUT` {STORE_TIMEOUT_MS} ms; \
              {CLIENTS} client processes, {} streams over {} rules ({offered:.0} calls/s paced, \
-             plus in-flight workers), each call sent to the next instance in turn. \
-             Faults from seed {seed}, one per about {} s: {}.",
+             plus in-flight workers), each call sent to the next instance in turn; {} RLQS \
+             Envoys reporting every {} s (`RLQS_ASSIGNMENT_TTL` {} s), each stream on the next \
+             instance. Faults from seed {seed}, one per about {} s: {}.",
             support::binary().display(),
             redis_version(),
             streams.len(),
             rules::RULES.len(),
+            envoys,
+            quota::REPORT_EVERY.as_secs(),
+            quota::ASSIGNMENT_TTL.as_secs(),
             spacing.as_secs(),
             log::FaultKind::ALL.map(|k| k.name()).join(", ")
         ),
@@ -264,6 +276,7 @@ fn spawn_client(
     Command::new(std::env::current_exe().expect("this binary"))
         .arg("client")
         .arg(out.join(format!("decisions-{c}.csv")))
+        .arg(out.join(format!("quota-{c}.csv")))
         .arg(end_us.to_string())
         .arg(addrs.join(","))
         .args(
@@ -395,10 +408,11 @@ fn recheck(dir: &Path) -> usize {
     let streams = rules::streams();
     let Logs {
         decisions,
+        quota,
         faults,
         instances: logs,
     } = Logs::read(dir);
-    let run = run_of(&streams, &decisions, &faults, *start_us, *end_us);
+    let run = run_of(&streams, &decisions, &quota, &faults, *start_us, *end_us);
     let findings = check::check(&run, &logs);
     let report = report::Report {
         seed: *seed,
@@ -425,6 +439,7 @@ fn recheck(dir: &Path) -> usize {
 /// What a run wrote down in its directory, read back.
 struct Logs {
     decisions: Vec<Decision>,
+    quota: Vec<QuotaEvent>,
     faults: Vec<Fault>,
     /// Each instance's log, every start of it.
     instances: Vec<String>,
@@ -434,6 +449,10 @@ impl Logs {
     fn read(dir: &Path) -> Logs {
         Logs {
             decisions: read_decisions(dir),
+            quota: (0..CLIENTS)
+                .flat_map(|c| read_lines(&dir.join(format!("quota-{c}.csv"))))
+                .filter_map(|l| QuotaEvent::parse(&l))
+                .collect(),
             faults: read_lines(&dir.join("faults.tsv"))
                 .iter()
                 .filter_map(|l| Fault::parse(l))
@@ -452,6 +471,7 @@ impl Logs {
 fn run_of<'a>(
     streams: &'a [rules::Stream],
     decisions: &'a [Decision],
+    quota: &'a [QuotaEvent],
     faults: &'a [Fault],
     start_us: u64,
     end_us: u64,
@@ -459,6 +479,7 @@ fn run_of<'a>(
     check::Run {
         streams,
         decisions,
+        quota,
         faults,
         instances: INSTANCES,
         start_us,

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
+use crate::boards::BoardFigures;
 use crate::check::{Findings, Latency};
 use crate::log::{Decision, Fault, FaultKind, Op, Outcome};
 use crate::rules::{Rule, Shape, Stream, RULES};
@@ -204,6 +205,38 @@ impl Report<'_> {
             ),
             durable <= 0,
         );
+        let board_violations = f
+            .violations
+            .iter()
+            .filter(|v| v.what.contains("on the board add up"))
+            .count();
+        let ratio = |pick: fn(&BoardFigures) -> f64| f.boards.iter().map(pick).fold(0.0, f64::max);
+        row(
+            &mut md,
+            "RLQS: the assignments in force on a board add up to at most its rate (each Envoy counted at the least it runs within a push's lag; one a store fault cut off the board, within its TTL)",
+            format!(
+                "largest sum: {:.2} × the rate with no store fault on, {:.2} × while one was; at an instant, pushes under way: {:.2} ×",
+                ratio(|b| b.worst_settled),
+                ratio(|b| b.worst_in_faults),
+                ratio(|b| b.worst_instant)
+            ),
+            board_violations == 0,
+        );
+        let starved = f
+            .violations
+            .iter()
+            .filter(|v| v.what.contains("told no share"))
+            .count();
+        let joins: u64 = f.boards.iter().map(|b| b.joins).sum();
+        row(
+            &mut md,
+            "RLQS: no newcomer starved (a joining Envoy is told its share in answer to its first report)",
+            format!(
+                "{starved} of {joins} joins without a share within 1 s (outside faults on the board); first share after {} ms at most",
+                f.boards.iter().map(|b| b.first_share.max).fold(0.0, f64::max)
+            ),
+            starved == 0,
+        );
         let _ = writeln!(md);
 
         let _ = writeln!(md, "## Answer times, ms (p50 / p99 / p99.9 / max)\n");
@@ -242,6 +275,36 @@ impl Report<'_> {
                 l.p50,
                 l.p99,
                 l.p999
+            );
+        }
+        let _ = writeln!(md);
+
+        let _ = writeln!(md, "## RLQS boards\n");
+        let _ = writeln!(
+            md,
+            "Each board is split between its Envoys (three simulated `rate_limit_quota` filters, joining on the instances in turn, reporting every second, leaving and joining again with other demands). The sums are of the token buckets' rates in force on the Envoys.\n"
+        );
+        let _ = writeln!(
+            md,
+            "| board | rate (config A) | joins | reports | assignments (changes) | sums checked | largest sum / rate: no store fault, in faults, at an instant | newcomer's first share, ms (p50 / p99 / max) |\n|---|---|---|---|---|---|---|---|"
+        );
+        for b in &f.boards {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} ({}) | {} | {:.2}, {:.2}, {:.2} | {:.1} / {:.1} / {:.1} |",
+                b.board,
+                b.rate,
+                b.joins,
+                b.reports,
+                b.assignments,
+                b.changes,
+                b.samples,
+                b.worst_settled,
+                b.worst_in_faults,
+                b.worst_instant,
+                b.first_share.p50,
+                b.first_share.p99,
+                b.first_share.max
             );
         }
         let _ = writeln!(md);
@@ -332,6 +395,7 @@ impl Report<'_> {
         // Per rule, its busiest key's admitted calls a second.
         let busiest: Vec<(&Rule, &Stream)> = RULES
             .iter()
+            .filter(|r| !r.is_board())
             .filter_map(|r| {
                 let s = self
                     .streams
@@ -355,7 +419,8 @@ impl Report<'_> {
                 admitted.entry(d.stream).or_insert_with(|| vec![0.0; secs])[t] += 1.0;
             }
         }
-        let panels = busiest.len() + 1;
+        let boards = &self.findings.boards;
+        let panels = busiest.len() + boards.len() + 1;
         let root = SVGBackend::new(path, (1400, 120 * panels as u32 + 60)).into_drawing_area();
         root.fill(&WHITE)?;
         let root = root.titled(
@@ -387,12 +452,26 @@ impl Report<'_> {
                         Shape::Window { unit_s, limits } => limits[0] as f64 / unit_s as f64,
                         Shape::Bucket { rates, .. } => rates[0],
                         Shape::InFlight { max } => max as f64 * 10.0,
+                        Shape::Board { rates } => rates[0],
                     };
                     let top = series.iter().copied().fold(per_second * 2.2, f64::max) * 1.1;
                     (
                         format!("{} = {} (offered {}/s)", rule.name, s.value, s.rate),
                         series,
                         Some(per_second),
+                        top,
+                    )
+                }
+                None if n < busiest.len() + boards.len() => {
+                    let b = &boards[n - busiest.len()];
+                    let top = b.per_second.iter().copied().fold(b.rate * 2.2, f64::max) * 1.1;
+                    (
+                        format!(
+                            "RLQS board {}: the Envoys' assignments in force, summed",
+                            b.board
+                        ),
+                        b.per_second.clone(),
+                        Some(b.rate),
                         top,
                     )
                 }

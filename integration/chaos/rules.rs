@@ -17,6 +17,9 @@ pub enum Shape {
     Bucket { rates: [f64; 2], bursts: [f64; 2] },
     /// At most `max` held at once.
     InFlight { max: u64 },
+    /// An RLQS board: the assignments in force on the Envoys that report
+    /// the rule's bucket add up to at most the rate, `rates` a second.
+    Board { rates: [f64; 2] },
 }
 
 /// The rule's `failure_mode`, with an open rule's floor per window.
@@ -164,6 +167,17 @@ pub const RULES: &[Rule] = &[
             "{algorithm: concurrency, max_in_flight: 5, max_duration: 2s}",
         ],
     },
+    Rule {
+        name: "quota",
+        shape: Shape::Board { rates: [60.0, 120.0] },
+        mode: Mode::Error,
+        durable: false,
+        placement: Placement::Tagged,
+        yaml: [
+            "{unit: second, requests_per_unit: 60}",
+            "{unit: second, requests_per_unit: 120}",
+        ],
+    },
 ];
 
 impl Rule {
@@ -173,6 +187,11 @@ impl Rule {
 }
 
 impl Rule {
+    /// Whether its streams are RLQS Envoys rather than calls.
+    pub fn is_board(&self) -> bool {
+        matches!(self.shape, Shape::Board { .. })
+    }
+
     /// A window rule's window (s) and the most it may admit in one by the
     /// algorithm alone, under config `version` (0: A, 1: B).
     pub fn window_bound(&self, version: usize) -> Option<(u64, u64)> {
@@ -196,14 +215,17 @@ pub fn config(version: usize) -> String {
     yaml
 }
 
-/// One stream of calls a client offers: a rule's key at a rate, or a pool
-/// of workers that hold an in-flight slot and give it back.
+/// One stream of calls a client offers: a rule's key at a rate, a pool of
+/// workers that hold an in-flight slot and give it back, or (a board
+/// rule's) one simulated Envoy reporting its bucket over RLQS, at a demand
+/// it draws anew each time it joins.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stream {
     pub id: usize,
     pub rule: &'static str,
     pub value: String,
-    /// Calls a second (for a hold stream: its workers).
+    /// Calls a second (for a hold stream: its workers; for an Envoy: its
+    /// largest demand).
     pub rate: f64,
     /// In-flight streams: how long a worker holds its slot, ms (min, max).
     pub hold_ms: Option<(u64, u64)>,
@@ -223,25 +245,28 @@ pub fn streams() -> Vec<Stream> {
         ("daily", &[10.0]),
     ];
     let mut out = Vec::new();
+    let mut add = |rule: &'static str, value: String, rate: f64, hold_ms: Option<(u64, u64)>| {
+        out.push(Stream {
+            id: out.len(),
+            rule,
+            value,
+            rate,
+            hold_ms,
+        });
+    };
     for (rule, rates) in plan {
         for (i, rate) in rates.iter().enumerate() {
-            out.push(Stream {
-                id: out.len(),
-                rule,
-                value: format!("{}{i}", &rule[..1]),
-                rate: *rate,
-                hold_ms: None,
-            });
+            add(rule, format!("{}{i}", &rule[..1]), *rate, None);
         }
     }
     for i in 0..2 {
-        out.push(Stream {
-            id: out.len(),
-            rule: "inflight",
-            value: format!("i{i}"),
-            rate: 8.0,
-            hold_ms: Some((50, 150)),
-        });
+        add("inflight", format!("i{i}"), 8.0, Some((50, 150)));
+    }
+    // Two boards of three Envoys each.
+    for board in 0..2 {
+        for _ in 0..3 {
+            add("quota", format!("q{board}"), 90.0, None);
+        }
     }
     out
 }

@@ -38,6 +38,139 @@ pub enum Enforced {
     Bucket(u32, u32, u64),
 }
 
+impl Enforced {
+    /// The rate it lets through, requests a second (allow all: infinite).
+    pub fn rate(self) -> f64 {
+        match self {
+            Enforced::AllowAll => f64::INFINITY,
+            Enforced::DenyAll => 0.0,
+            Enforced::Bucket(_, per_fill, interval) => f64::from(per_fill) / interval.max(1) as f64,
+        }
+    }
+}
+
+/// A bucket's gate as the filter runs it: what it enforces, and a token
+/// bucket's tokens, refilled continuously up to `max_tokens` and full
+/// again whenever the assignment changes.
+#[derive(Debug, Clone, Copy)]
+pub struct Gate {
+    pub enforced: Enforced,
+    tokens: f64,
+}
+
+impl Gate {
+    /// A gate before any assignment: allow all iff `allow_before`.
+    pub fn new(allow_before: bool) -> Gate {
+        Gate {
+            enforced: if allow_before {
+                Enforced::AllowAll
+            } else {
+                Enforced::DenyAll
+            },
+            tokens: 0.0,
+        }
+    }
+
+    /// Enforces `next`; whether it changed (a bucket then starts full).
+    pub fn set(&mut self, next: Enforced) -> bool {
+        if next == self.enforced {
+            return false;
+        }
+        self.enforced = next;
+        if let Enforced::Bucket(max, _, _) = next {
+            self.tokens = f64::from(max);
+        }
+        true
+    }
+
+    /// `secs` pass, refilling the bucket.
+    pub fn refill(&mut self, secs: f64) {
+        if let Enforced::Bucket(max, _, _) = self.enforced {
+            self.tokens = (self.tokens + secs * self.enforced.rate()).min(f64::from(max));
+        }
+    }
+
+    /// One request, now: whether it passes.
+    pub fn pass(&mut self) -> bool {
+        match self.enforced {
+            Enforced::AllowAll => true,
+            Enforced::DenyAll => false,
+            Enforced::Bucket(..) if self.tokens >= 1.0 => {
+                self.tokens -= 1.0;
+                true
+            }
+            Enforced::Bucket(..) => false,
+        }
+    }
+}
+
+/// What one message of the server tells a bucket.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Told {
+    /// Forget the bucket.
+    Abandon,
+    /// Enforce this for `ttl` (none given: until replaced).
+    Assign {
+        enforced: Enforced,
+        ttl: Option<Duration>,
+    },
+}
+
+/// What `answer` tells the bucket `bucket`, if anything (its last action
+/// for it).
+pub fn told(answer: &RateLimitQuotaResponse, bucket: &HashMap<String, String>) -> Option<Told> {
+    answer
+        .bucket_action
+        .iter()
+        .filter(|a| a.bucket_id.as_ref().map(|b| &b.bucket) == Some(bucket))
+        .filter_map(|action| match &action.bucket_action {
+            Some(BucketAction::AbandonAction(_)) => Some(Told::Abandon),
+            Some(BucketAction::QuotaAssignmentAction(a)) => Some(Told::Assign {
+                ttl: a
+                    .assignment_time_to_live
+                    .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32)),
+                enforced: match a.rate_limit_strategy.and_then(|s| s.strategy) {
+                    Some(Strategy::BlanketRule(r)) if r == BlanketRule::DenyAll as i32 => {
+                        Enforced::DenyAll
+                    }
+                    Some(Strategy::TokenBucket(b)) => Enforced::Bucket(
+                        b.max_tokens,
+                        b.tokens_per_fill.map_or(1, |v| v.value),
+                        b.fill_interval.map_or(1, |d| d.seconds.max(1) as u64),
+                    ),
+                    _ => Enforced::AllowAll,
+                },
+            }),
+            None => None,
+        })
+        .next_back()
+}
+
+/// A report of one bucket's usage over `secs` (`time_elapsed`; Envoy
+/// sends zero in a bucket's first report, the proto allows none).
+pub fn usage_report(
+    domain: &str,
+    bucket: &HashMap<String, String>,
+    secs: Option<u64>,
+    allowed: u64,
+    denied: u64,
+) -> RateLimitQuotaUsageReports {
+    RateLimitQuotaUsageReports {
+        domain: domain.to_string(),
+        bucket_quota_usages: vec![BucketQuotaUsage {
+            bucket_id: Some(BucketId {
+                bucket: bucket.clone(),
+            }),
+            time_elapsed: secs.map(|s| PbDuration {
+                seconds: s as i64,
+                nanos: 0,
+            }),
+            num_requests_allowed: allowed,
+            num_requests_denied: denied,
+        }],
+    }
+}
+
 /// One simulated Envoy.
 pub struct SimEnvoy {
     tx: mpsc::Sender<RateLimitQuotaUsageReports>,
@@ -47,14 +180,13 @@ pub struct SimEnvoy {
     /// Requests per second it sends.
     pub demand: f64,
     /// What it enforces now.
-    pub enforced: Enforced,
+    pub gate: Gate,
     /// The TTL of the last assignment (zero: expired at once).
     pub ttl: Option<Duration>,
     /// Whether the server abandoned the bucket.
     pub abandoned: bool,
     /// How many times the assignment changed (each refills the bucket).
     pub changes: u32,
-    tokens: f64,
     /// A fractional request carried to the next round.
     carry: f64,
     /// Whether only the first report names the domain (as the proto
@@ -94,15 +226,10 @@ impl SimEnvoy {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             demand,
-            enforced: if allow_before {
-                Enforced::AllowAll
-            } else {
-                Enforced::DenyAll
-            },
+            gate: Gate::new(allow_before),
             ttl: None,
             abandoned: false,
             changes: 0,
-            tokens: 0.0,
             carry: 0.0,
             domain_once: false,
             reported: false,
@@ -132,34 +259,18 @@ impl SimEnvoy {
         self.carry = wanted - n as f64;
         let (mut allowed, mut denied) = (0, 0);
         let gap = if n > 0 { secs as f64 / n as f64 } else { 0.0 };
-        let mut last = 0.0;
         for i in 0..n {
-            let t = gap * i as f64;
-            let ok = match self.enforced {
-                Enforced::AllowAll => true,
-                Enforced::DenyAll => false,
-                Enforced::Bucket(max, per_fill, interval) => {
-                    let rate = f64::from(per_fill) / interval as f64;
-                    self.tokens = (self.tokens + (t - last) * rate).min(f64::from(max));
-                    last = t;
-                    if self.tokens >= 1.0 {
-                        self.tokens -= 1.0;
-                        true
-                    } else {
-                        false
-                    }
-                }
-            };
-            if ok {
+            if i > 0 {
+                self.gate.refill(gap);
+            }
+            if self.gate.pass() {
                 allowed += 1;
             } else {
                 denied += 1;
             }
         }
-        if let Enforced::Bucket(max, per_fill, interval) = self.enforced {
-            let rate = f64::from(per_fill) / interval as f64;
-            self.tokens = (self.tokens + (secs as f64 - last) * rate).min(f64::from(max));
-        }
+        let last = if n > 0 { gap * (n - 1) as f64 } else { 0.0 };
+        self.gate.refill(secs as f64 - last);
         self.report(Some(secs), allowed, denied).await;
         (allowed, denied)
     }
@@ -171,20 +282,7 @@ impl SimEnvoy {
             self.domain.clone()
         };
         self.reported = true;
-        let report = RateLimitQuotaUsageReports {
-            domain,
-            bucket_quota_usages: vec![BucketQuotaUsage {
-                bucket_id: Some(BucketId {
-                    bucket: self.bucket.clone(),
-                }),
-                time_elapsed: secs.map(|s| PbDuration {
-                    seconds: s as i64,
-                    nanos: 0,
-                }),
-                num_requests_allowed: allowed,
-                num_requests_denied: denied,
-            }],
-        };
+        let report = usage_report(&domain, &self.bucket, secs, allowed, denied);
         self.tx.send(report).await.expect("stream open");
         let answer = self
             .next(Duration::from_secs(5))
@@ -212,37 +310,15 @@ impl SimEnvoy {
 
     /// Applies the actions for this bucket.
     pub fn apply(&mut self, answer: &RateLimitQuotaResponse) {
-        for action in &answer.bucket_action {
-            if action.bucket_id.as_ref().map(|b| &b.bucket) != Some(&self.bucket) {
-                continue;
-            }
-            match &action.bucket_action {
-                Some(BucketAction::AbandonAction(_)) => self.abandoned = true,
-                Some(BucketAction::QuotaAssignmentAction(a)) => {
-                    self.ttl = a
-                        .assignment_time_to_live
-                        .map(|d| Duration::new(d.seconds as u64, d.nanos as u32));
-                    let next = match a.rate_limit_strategy.and_then(|s| s.strategy) {
-                        Some(Strategy::BlanketRule(r)) if r == BlanketRule::DenyAll as i32 => {
-                            Enforced::DenyAll
-                        }
-                        Some(Strategy::TokenBucket(b)) => Enforced::Bucket(
-                            b.max_tokens,
-                            b.tokens_per_fill.map_or(1, |v| v.value),
-                            b.fill_interval.map_or(1, |d| d.seconds.max(1) as u64),
-                        ),
-                        _ => Enforced::AllowAll,
-                    };
-                    if next != self.enforced {
-                        self.changes += 1;
-                        self.enforced = next;
-                        if let Enforced::Bucket(max, _, _) = next {
-                            self.tokens = f64::from(max);
-                        }
-                    }
+        match told(answer, &self.bucket) {
+            Some(Told::Abandon) => self.abandoned = true,
+            Some(Told::Assign { enforced, ttl }) => {
+                self.ttl = ttl;
+                if self.gate.set(enforced) {
+                    self.changes += 1;
                 }
-                None => {}
             }
+            None => {}
         }
     }
 

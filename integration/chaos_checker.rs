@@ -1,0 +1,421 @@
+//! The chaos soak's checker, on runs written here: each bound it holds the
+//! service to flags a run that breaks it and passes one that keeps it (the
+//! soak itself, `scripts/chaos.sh`, runs on real processes; this is its
+//! checker alone, on logs made to the letter).
+
+#![allow(dead_code)]
+#![allow(clippy::disallowed_types)]
+
+#[path = "support/mod.rs"]
+mod support;
+
+#[path = "chaos/boards.rs"]
+mod boards;
+#[path = "chaos/check.rs"]
+mod check;
+#[path = "chaos/client.rs"]
+mod client;
+#[path = "chaos/log.rs"]
+mod log;
+#[path = "chaos/quota.rs"]
+mod quota;
+#[path = "chaos/rules.rs"]
+mod rules;
+
+use std::time::Duration;
+
+use check::{Findings, Run};
+use log::{Decision, Fault, FaultKind, Heard, Op, Outcome, QuotaEvent};
+use support::envoy_quota::{Enforced, Told};
+
+/// The run starts at 1,000 s (unix µs), on a whole second, and lasts 30 s.
+const START: u64 = 1_000_000_000;
+const END: u64 = START + 30_000_000;
+
+fn ms(t: u64) -> u64 {
+    START + t * 1_000
+}
+
+/// The ids of the streams of `rule` with `value`.
+fn streams_of(rule: &str, value: &str) -> Vec<usize> {
+    rules::streams()
+        .into_iter()
+        .filter(|s| s.rule == rule && s.value == value)
+        .map(|s| s.id)
+        .collect()
+}
+
+fn checked(decisions: &[Decision], quota: &[QuotaEvent], faults: &[Fault]) -> Findings {
+    let streams = rules::streams();
+    let run = Run {
+        streams: &streams,
+        decisions,
+        quota,
+        faults,
+        instances: 3,
+        start_us: START,
+        end_us: END,
+        answer_bound_us: 55_000,
+    };
+    check::check(&run, &[])
+}
+
+fn violations(f: &Findings, containing: &str) -> usize {
+    f.violations
+        .iter()
+        .filter(|v| v.what.contains(containing))
+        .count()
+}
+
+// ---- the RLQS boards ----
+
+/// The events of Envoy `stream` on instance 0, at `t` ms.
+fn on_instance_0(stream: usize) -> impl Fn(u64, Heard) -> QuotaEvent {
+    move |t, what| QuotaEvent {
+        stream,
+        instance: 0,
+        at_us: ms(t),
+        what,
+    }
+}
+
+/// A bucket of `rate` a second, one second's worth of tokens.
+fn bucket(rate: u32) -> Option<Told> {
+    Some(Told::Assign {
+        enforced: Enforced::Bucket(rate, rate, 1),
+        ttl: Some(Duration::from_secs(5)),
+    })
+}
+
+/// One Envoy's events: it joins on `instance` at `from` ms, reports every
+/// second, each report answered 2 ms later with its share, `share.0` a
+/// second before `share.1` ms and `share.2` from then, and leaves at `to`
+/// ms; `pushes` are extra messages (ms, rate).
+struct Envoy {
+    stream: usize,
+    instance: usize,
+    from: u64,
+    to: u64,
+    share: (u32, u64, u32),
+    pushes: Vec<(u64, u32)>,
+}
+
+impl Envoy {
+    fn events(&self) -> Vec<QuotaEvent> {
+        let at = |t: u64, what: Heard| QuotaEvent {
+            stream: self.stream,
+            instance: self.instance,
+            at_us: ms(t),
+            what,
+        };
+        let mut out = vec![at(self.from, Heard::Join { demand: 30.0 })];
+        let mut t = self.from;
+        while t < self.to {
+            out.push(at(
+                t,
+                Heard::Report {
+                    first: t == self.from,
+                    allowed: 10,
+                    denied: 0,
+                },
+            ));
+            out.push(at(
+                t + 2,
+                Heard::Message {
+                    told: bucket(if t < self.share.1 {
+                        self.share.0
+                    } else {
+                        self.share.2
+                    }),
+                },
+            ));
+            t += 1_000;
+        }
+        for &(p, rate) in &self.pushes {
+            out.push(at(p, Heard::Message { told: bucket(rate) }));
+        }
+        out.push(at(self.to, Heard::Leave));
+        out.sort_by_key(|e| e.at_us);
+        out
+    }
+}
+
+/// Three Envoys on board `q0` (60 a second): two of 30 a second from the
+/// start, and a newcomer at 10 s, told 20. The first two are pushed 20 at
+/// `push_at` ms, and told 20 from their report at 10.5 s; not pushed, only
+/// from their report at 11.5 s, 1.5 s late.
+fn a_newcomer_shrinks_two(push_at: Option<u64>, instances: [usize; 3]) -> Vec<QuotaEvent> {
+    let ids = streams_of("quota", "q0");
+    let shrunk = match push_at {
+        Some(_) => (30, 10_500, 20),
+        None => (30, 11_000, 20),
+    };
+    let mut out = Vec::new();
+    for (n, id) in ids.iter().enumerate().take(2) {
+        out.extend(
+            Envoy {
+                stream: *id,
+                instance: instances[n],
+                from: 500,
+                to: 25_000,
+                share: shrunk,
+                pushes: push_at.map(|p| vec![(p, 20)]).unwrap_or_default(),
+            }
+            .events(),
+        );
+    }
+    out.extend(
+        Envoy {
+            stream: ids[2],
+            instance: instances[2],
+            from: 10_000,
+            to: 25_000,
+            share: (20, 0, 20),
+            pushes: Vec::new(),
+        }
+        .events(),
+    );
+    out
+}
+
+#[test]
+fn a_board_whose_shares_are_pushed_within_the_lag_is_within_its_rate() {
+    let f = checked(&[], &a_newcomer_shrinks_two(Some(10_200), [0, 1, 2]), &[]);
+    assert_eq!(f.violations.len(), 0, "{:?}", f.violations);
+    let board = &f.boards[0];
+    assert_eq!(board.board, "quota=q0");
+    assert!((board.worst_settled - 1.0).abs() < 1e-9, "{board:?}");
+    // At an instant, the push still under way: 30 + 30 + 20 = 80 of 60.
+    assert!(
+        (board.worst_instant - 80.0 / 60.0).abs() < 1e-9,
+        "{board:?}"
+    );
+    assert_eq!(board.joins, 3);
+}
+
+#[test]
+fn a_shrunk_share_that_reaches_its_envoy_late_is_a_violation() {
+    // Not pushed: the two run 30 until their reports at 11.5 s.
+    let f = checked(&[], &a_newcomer_shrinks_two(None, [0, 1, 2]), &[]);
+    assert!(
+        violations(&f, "on the board add up to 80.0") >= 1,
+        "{:?}",
+        f.violations
+    );
+}
+
+#[test]
+fn an_envoy_cut_off_the_board_may_run_its_share_until_its_ttl() {
+    // The two on instance 0, which a cut link keeps off every primary
+    // from 9 s to 12 s: they keep what they run.
+    let cut = Fault {
+        id: 0,
+        kind: FaultKind::CutLink,
+        instance: Some(0),
+        primary: Some(7000),
+        slots: vec![(0, 16_383)],
+        start_us: ms(9_000),
+        end_us: ms(12_000),
+        promoted_us: None,
+        note: String::new(),
+    };
+    let f = checked(
+        &[],
+        &a_newcomer_shrinks_two(None, [0, 0, 2]),
+        std::slice::from_ref(&cut),
+    );
+    assert_eq!(violations(&f, "on the board"), 0, "{:?}", f.violations);
+    // Counted within their TTL, they are at their new shares.
+    assert!(
+        (f.boards[0].worst_in_faults - 1.0).abs() < 1e-9,
+        "{:?}",
+        f.boards[0]
+    );
+    // The same cut on another instance excuses nothing.
+    let elsewhere = Fault {
+        instance: Some(1),
+        ..cut
+    };
+    let f = checked(&[], &a_newcomer_shrinks_two(None, [0, 0, 2]), &[elsewhere]);
+    assert!(violations(&f, "on the board") >= 1, "{:?}", f.violations);
+}
+
+#[test]
+fn an_allow_all_on_a_split_rule_is_a_violation() {
+    let at = on_instance_0(streams_of("quota", "q1")[0]);
+    let events = vec![
+        at(1_000, Heard::Join { demand: 9.0 }),
+        at(
+            1_000,
+            Heard::Report {
+                first: true,
+                allowed: 0,
+                denied: 0,
+            },
+        ),
+        at(
+            1_003,
+            Heard::Message {
+                told: Some(Told::Assign {
+                    enforced: Enforced::AllowAll,
+                    ttl: Some(Duration::from_secs(5)),
+                }),
+            },
+        ),
+        at(20_000, Heard::Leave),
+    ];
+    let f = checked(&[], &events, &[]);
+    assert!(violations(&f, "add up to inf") >= 1, "{:?}", f.violations);
+    // Not a token bucket: the newcomer was told no share either.
+    assert_eq!(violations(&f, "told no share"), 1, "{:?}", f.violations);
+}
+
+/// One Envoy that joins on instance 0 at 2 s and hears nothing after its
+/// first report (or, with `answer`, a bucket 5 ms later), leaving at 10 s.
+fn a_lone_join(answer: bool) -> Vec<QuotaEvent> {
+    let at = on_instance_0(streams_of("quota", "q1")[0]);
+    let mut events = vec![
+        at(2_000, Heard::Join { demand: 9.0 }),
+        at(
+            2_000,
+            Heard::Report {
+                first: true,
+                allowed: 0,
+                denied: 0,
+            },
+        ),
+        at(10_000, Heard::Leave),
+    ];
+    if answer {
+        events.push(at(2_005, Heard::Message { told: bucket(9) }));
+    }
+    events.sort_by_key(|e| e.at_us);
+    events
+}
+
+#[test]
+fn a_newcomer_told_nothing_is_starved_and_its_report_unanswered() {
+    let f = checked(&[], &a_lone_join(false), &[]);
+    assert_eq!(
+        violations(&f, "told no share within 1 s"),
+        1,
+        "{:?}",
+        f.violations
+    );
+    assert_eq!(violations(&f, "not answered"), 1, "{:?}", f.violations);
+    assert_eq!(f.unanswered, 1);
+
+    let f = checked(&[], &a_lone_join(true), &[]);
+    assert_eq!(f.violations.len(), 0, "{:?}", f.violations);
+    assert!((f.boards[1].first_share.max - 5.0).abs() < 1e-9);
+}
+
+#[test]
+fn a_join_on_a_killed_instance_is_excused() {
+    let kill = Fault {
+        id: 0,
+        kind: FaultKind::KillInstance,
+        instance: Some(0),
+        primary: None,
+        slots: Vec::new(),
+        start_us: ms(2_100),
+        end_us: ms(3_000),
+        promoted_us: None,
+        note: String::new(),
+    };
+    let f = checked(&[], &a_lone_join(false), &[kill]);
+    assert_eq!(f.violations.len(), 0, "{:?}", f.violations);
+}
+
+// ---- the rules' windows and answers ----
+
+fn hit(stream: usize, send_ms: u64, outcome: Outcome) -> Decision {
+    Decision {
+        stream,
+        op: Op::Hit,
+        instance: 0,
+        send_us: ms(send_ms),
+        answer_us: ms(send_ms) + 900,
+        outcome,
+    }
+}
+
+#[test]
+fn a_fixed_window_over_its_limit_is_a_violation() {
+    let id = streams_of("fixed", "f0")[0];
+    let at_limit: Vec<Decision> = (0..20)
+        .map(|i| hit(id, 5_000 + i * 40, Outcome::Ok))
+        .collect();
+    let f = checked(&at_limit, &[], &[]);
+    assert_eq!(f.violations.len(), 0, "{:?}", f.violations);
+
+    let mut over = at_limit.clone();
+    over.push(hit(id, 5_900, Outcome::Ok));
+    let f = checked(&over, &[], &[]);
+    assert_eq!(
+        violations(&f, "21 admitted in a 1 s window"),
+        1,
+        "{:?}",
+        f.violations
+    );
+}
+
+#[test]
+fn an_error_only_where_a_fault_touched_the_key() {
+    let id = streams_of("closed", "c0")[0];
+    let f = checked(
+        &[hit(
+            id,
+            5_000,
+            Outcome::Error("Unknown context deadline exceeded".into()),
+        )],
+        &[],
+        &[],
+    );
+    assert_eq!(
+        violations(&f, "failure_mode closed rule answered an error"),
+        1
+    );
+}
+
+// ---- the logs ----
+
+#[test]
+fn every_quota_event_reads_back_as_written() {
+    let events = [
+        Heard::Join { demand: 54.0 },
+        Heard::Refused,
+        Heard::Report {
+            first: true,
+            allowed: 3,
+            denied: 4,
+        },
+        Heard::Message { told: None },
+        Heard::Message {
+            told: Some(Told::Abandon),
+        },
+        Heard::Message { told: bucket(12) },
+        Heard::Message {
+            told: Some(Told::Assign {
+                enforced: Enforced::DenyAll,
+                ttl: None,
+            }),
+        },
+        Heard::Leave,
+        Heard::Broken,
+    ];
+    for what in events {
+        let e = QuotaEvent {
+            stream: 30,
+            instance: 2,
+            at_us: 1_234_567,
+            what,
+        };
+        assert_eq!(
+            QuotaEvent::parse(&e.line()),
+            Some(e.clone()),
+            "{}",
+            e.line()
+        );
+    }
+}
