@@ -22,6 +22,7 @@ mod boards;
 mod check;
 mod client;
 mod faults;
+mod host;
 mod instances;
 mod links;
 mod log;
@@ -172,17 +173,20 @@ fn soak(length: Duration, seed: u64, out: &Path) -> usize {
         .map(|c| spawn_client(c, out, end_us, &addrs, &streams))
         .collect();
     let memory = sample_memory(Arc::clone(&nemesis), end_us);
+    let machine = host::sample(out, end_us);
     std::thread::sleep(Duration::from_micros(start_us.saturating_sub(now_us())));
     nemesis.run(&plan, Instant::now());
     std::thread::sleep(Duration::from_micros(end_us.saturating_sub(now_us())));
     let exits = wait_clients(clients);
     nemesis.heal_links();
     let memory = memory.join().unwrap_or_default();
+    let _ = machine.join();
 
     let Logs {
         decisions,
         quota,
         faults,
+        host,
         instances: logs,
     } = Logs::read(out);
     let run = run_of(&streams, &decisions, &quota, &faults, start_us, end_us);
@@ -244,6 +248,7 @@ fn soak(length: Duration, seed: u64, out: &Path) -> usize {
         faults: &faults,
         findings: &findings,
         memory: &memory,
+        host: &host,
         start_us,
         answer_bound_ms: STORE_TIMEOUT_MS + 5,
         warm_up_s,
@@ -410,6 +415,7 @@ fn recheck(dir: &Path) -> usize {
         decisions,
         quota,
         faults,
+        host,
         instances: logs,
     } = Logs::read(dir);
     let run = run_of(&streams, &decisions, &quota, &faults, *start_us, *end_us);
@@ -424,6 +430,7 @@ fn recheck(dir: &Path) -> usize {
         faults: &faults,
         findings: &findings,
         memory: &[],
+        host: &host,
         start_us: *start_us,
         answer_bound_ms: STORE_TIMEOUT_MS + 5,
         warm_up_s: 60.0,
@@ -441,6 +448,8 @@ struct Logs {
     decisions: Vec<Decision>,
     quota: Vec<QuotaEvent>,
     faults: Vec<Fault>,
+    /// The machine, second by second.
+    host: Vec<host::Cpu>,
     /// Each instance's log, every start of it.
     instances: Vec<String>,
 }
@@ -457,6 +466,7 @@ impl Logs {
                 .iter()
                 .filter_map(|l| Fault::parse(l))
                 .collect(),
+            host: host::read(dir),
             instances: (0..INSTANCES)
                 .map(|i| {
                     std::fs::read_to_string(dir.join(format!("instance-{i}.log")))

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use crate::boards::BoardFigures;
 use crate::check::{Findings, Latency};
+use crate::host::{self, Cpu};
 use crate::log::{Decision, Fault, FaultKind, Op, Outcome};
 use crate::rules::{Rule, Shape, Stream, RULES};
 
@@ -40,6 +41,8 @@ pub struct Report<'a> {
     pub faults: &'a [Fault],
     pub findings: &'a Findings,
     pub memory: &'a [Memory],
+    /// The machine, second by second.
+    pub host: &'a [Cpu],
     pub start_us: u64,
     pub answer_bound_ms: u64,
     /// Seconds of each start that are warm-up, for memory.
@@ -239,6 +242,36 @@ impl Report<'_> {
         );
         let _ = writeln!(md);
 
+        let _ = writeln!(md, "## The machine\n");
+        let mut stolen: Vec<f64> = self.host.iter().map(|c| c.stolen).collect();
+        stolen.sort_by(f64::total_cmp);
+        let at = |q: f64| {
+            stolen
+                .get(((stolen.len().max(1) - 1) as f64 * q) as usize)
+                .copied()
+                .unwrap_or(0.0)
+        };
+        let stalls = self
+            .host
+            .iter()
+            .filter(|c| c.stolen >= host::STALL_CPUS)
+            .count();
+        let near = f
+            .violations
+            .iter()
+            .filter(|v| self.near_a_stall(v.at_s))
+            .count();
+        let _ = writeln!(
+            md,
+            "CPU time the hypervisor took from this virtual machine (steal), per second, in CPUs of its {}: p50 {:.2}, p99 {:.2}, max {:.2}. Host stalls (a second with at least {} CPU stolen): {stalls}. Violations within 2 s of one: {near} of {}.\n",
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            at(0.5),
+            at(0.99),
+            at(1.0),
+            host::STALL_CPUS,
+            f.violations.len()
+        );
+
         let _ = writeln!(md, "## Answer times, ms (p50 / p99 / p99.9 / max)\n");
         let _ = writeln!(md, "| | calls | answer time |\n|---|---|---|");
         let _ = writeln!(
@@ -350,13 +383,22 @@ impl Report<'_> {
             let _ = writeln!(md, "## Violations (the first 100)\n");
             let _ = writeln!(
                 md,
-                "| at, s | rule | key | what | faults |\n|---|---|---|---|---|"
+                "| at, s | rule | key | what | faults | host stall within 2 s |\n|---|---|---|---|---|---|"
             );
             for v in f.violations.iter().take(100) {
                 let _ = writeln!(
                     md,
-                    "| {:.1} | {} | {} | {} | {:?} |",
-                    v.at_s, v.rule, v.key, v.what, v.faults
+                    "| {:.1} | {} | {} | {} | {:?} | {} |",
+                    v.at_s,
+                    v.rule,
+                    v.key,
+                    v.what,
+                    v.faults,
+                    if self.near_a_stall(v.at_s) {
+                        "yes"
+                    } else {
+                        "no"
+                    }
                 );
             }
             let _ = writeln!(md);
@@ -381,6 +423,12 @@ impl Report<'_> {
             );
         }
         md
+    }
+
+    /// Whether a host stall ended within 2 s of `at_s` (s into the run).
+    fn near_a_stall(&self, at_s: f64) -> bool {
+        let at = self.start_us + (at_s * 1e6) as u64;
+        host::stalled_near(self.host, at, at, 2_000_000)
     }
 
     /// Draws the timeline to `path`.
@@ -420,7 +468,7 @@ impl Report<'_> {
             }
         }
         let boards = &self.findings.boards;
-        let panels = busiest.len() + boards.len() + 1;
+        let panels = busiest.len() + boards.len() + 2;
         let root = SVGBackend::new(path, (1400, 120 * panels as u32 + 60)).into_drawing_area();
         root.fill(&WHITE)?;
         let root = root.titled(
@@ -473,6 +521,22 @@ impl Report<'_> {
                         b.per_second.clone(),
                         Some(b.rate),
                         top,
+                    )
+                }
+                None if n == busiest.len() + boards.len() => {
+                    let mut stolen = vec![0.0; secs];
+                    for c in self.host {
+                        let t = (c.at_us.saturating_sub(self.start_us) / 1_000_000) as usize;
+                        if let Some(s) = stolen.get_mut(t) {
+                            *s = c.stolen;
+                        }
+                    }
+                    (
+                        "CPU stolen by the hypervisor, CPUs (a host stall from the line)"
+                            .to_string(),
+                        stolen,
+                        Some(host::STALL_CPUS),
+                        1.0,
                     )
                 }
                 None => {
