@@ -15,6 +15,8 @@ mod boards;
 mod check;
 #[path = "chaos/client.rs"]
 mod client;
+#[path = "chaos/host.rs"]
+mod host;
 #[path = "chaos/log.rs"]
 mod log;
 #[path = "chaos/quota.rs"]
@@ -375,6 +377,57 @@ fn an_error_only_where_a_fault_touched_the_key() {
     assert_eq!(
         violations(&f, "failure_mode closed rule answered an error"),
         1
+    );
+}
+
+// ---- the machine ----
+
+#[test]
+fn a_host_stall_is_a_fault_on_every_key_that_excuses_errors_not_admissions() {
+    let second = |t: u64, stolen: f64| host::Cpu {
+        at_us: ms(t),
+        stolen,
+        busy: 1.0,
+    };
+    let machine = [
+        second(5_000, 0.1),
+        second(6_000, 0.5),
+        second(7_000, 0.4),
+        second(9_000, 0.35),
+        second(20_000, 0.6),
+    ];
+    // Stolen seconds at most one second apart are one stall.
+    let stalls = host::stalls(&machine, 7);
+    let spans: Vec<(u64, u64, usize)> = stalls
+        .iter()
+        .map(|f| (f.start_us, f.end_us, f.id))
+        .collect();
+    assert_eq!(
+        spans,
+        vec![(ms(5_000), ms(9_000), 7), (ms(19_000), ms(20_000), 8)]
+    );
+
+    let id = streams_of("fixed", "f0")[0];
+    let failed = [hit(
+        id,
+        6_500,
+        Outcome::Error("Unknown context deadline exceeded".into()),
+    )];
+    assert_eq!(
+        violations(&checked(&failed, &[], &[]), "no fault touched"),
+        1
+    );
+    assert_eq!(checked(&failed, &[], &stalls).violations.len(), 0);
+
+    let over: Vec<Decision> = (0..21)
+        .map(|i| hit(id, 6_000 + i * 40, Outcome::Ok))
+        .collect();
+    let f = checked(&over, &[], &stalls);
+    assert_eq!(
+        violations(&f, "21 admitted in a 1 s window"),
+        1,
+        "{:?}",
+        f.violations
     );
 }
 

@@ -135,6 +135,8 @@ pub struct Findings {
     pub rule_latency: BTreeMap<&'static str, Latency>,
     /// Per RLQS board: its split, newcomers and reports.
     pub boards: Vec<BoardFigures>,
+    /// Violations the run would have without the host stalls as faults.
+    pub excused_by_host_stalls: usize,
 }
 
 impl Findings {

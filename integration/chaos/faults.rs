@@ -148,6 +148,8 @@ impl Nemesis {
             FaultKind::SlowLink => self.slow_link(&mut rng),
             FaultKind::KillInstance => self.kill_instance(&mut rng),
             FaultKind::Reload => self.reload(),
+            // Seen in the machine's counters, never caused.
+            FaultKind::HostStall => None,
         };
         if let Some(f) = fault {
             let mut log = self.log.lock().expect("fault log");

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::log::now_us;
+use crate::log::{now_us, Fault, FaultKind};
 
 /// CPU time stolen in one second, in CPUs, from which the report counts a
 /// second as a host stall (0.3: 300 ms of one CPU's second).
@@ -94,6 +94,35 @@ pub fn read(dir: &Path) -> Vec<Cpu> {
         .lines()
         .filter_map(Cpu::parse)
         .collect()
+}
+
+/// The host stalls as faults, numbered from `first_id`: each run of
+/// seconds with at least [`STALL_CPUS`] stolen (one second apart at most)
+/// is one fault on every instance and every slot, from the start of its
+/// first second to the end of its last.
+pub fn stalls(host: &[Cpu], first_id: usize) -> Vec<Fault> {
+    let mut out: Vec<Fault> = Vec::new();
+    for c in host.iter().filter(|c| c.stolen >= STALL_CPUS) {
+        let start = c.at_us.saturating_sub(1_000_000);
+        match out.last_mut() {
+            Some(f) if start <= f.end_us + 1_000_000 => {
+                f.end_us = c.at_us;
+                f.note = format!("{}; {:.2}", f.note, c.stolen);
+            }
+            _ => out.push(Fault {
+                id: first_id + out.len(),
+                kind: FaultKind::HostStall,
+                instance: None,
+                primary: None,
+                slots: vec![(0, 16_383)],
+                start_us: start,
+                end_us: c.at_us,
+                promoted_us: None,
+                note: format!("seen, not caused: CPU stolen a second {:.2}", c.stolen),
+            }),
+        }
+    }
+    out
 }
 
 /// Whether a host stall (a second with at least [`STALL_CPUS`] stolen)

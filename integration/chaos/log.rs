@@ -149,6 +149,9 @@ pub enum FaultKind {
     KillInstance,
     /// A config with other limits renamed into the runtime directory.
     Reload,
+    /// The machine stalled: the hypervisor took 0.3 CPU or more of a
+    /// second (seen in the steal time, not caused; never scheduled).
+    HostStall,
 }
 
 impl FaultKind {
@@ -173,11 +176,15 @@ impl FaultKind {
             FaultKind::SlowLink => "slow-link",
             FaultKind::KillInstance => "kill-instance",
             FaultKind::Reload => "reload",
+            FaultKind::HostStall => "host-stall",
         }
     }
 
     fn parse(s: &str) -> Option<FaultKind> {
-        FaultKind::ALL.into_iter().find(|k| k.name() == s)
+        FaultKind::ALL
+            .into_iter()
+            .chain([FaultKind::HostStall])
+            .find(|k| k.name() == s)
     }
 
     /// The fault stops a Redis primary from counting for a while (every
@@ -193,9 +200,14 @@ impl FaultKind {
     }
 
     /// The fault touches the store for the keys of its slots (for one
-    /// instance only when `instance` is set).
+    /// instance only when `instance` is set). A stalled machine stalls
+    /// every instance and every primary alike.
     pub fn touches_the_store(self) -> bool {
-        self.stops_a_primary() || matches!(self, FaultKind::CutLink | FaultKind::SlowLink)
+        self.stops_a_primary()
+            || matches!(
+                self,
+                FaultKind::CutLink | FaultKind::SlowLink | FaultKind::HostStall
+            )
     }
 }
 

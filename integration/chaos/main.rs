@@ -182,15 +182,8 @@ fn soak(length: Duration, seed: u64, out: &Path) -> usize {
     let memory = memory.join().unwrap_or_default();
     let _ = machine.join();
 
-    let Logs {
-        decisions,
-        quota,
-        faults,
-        host,
-        instances: logs,
-    } = Logs::read(out);
-    let run = run_of(&streams, &decisions, &quota, &faults, start_us, end_us);
-    let mut findings = check::check(&run, &logs);
+    let logs = Logs::read(out);
+    let (faults, mut findings) = logs.check(&streams, start_us, end_us);
     for (c, code) in exits.iter().enumerate() {
         if *code != Some(0) {
             findings.violations.push(check::Violation {
@@ -244,11 +237,11 @@ fn soak(length: Duration, seed: u64, out: &Path) -> usize {
             log::FaultKind::ALL.map(|k| k.name()).join(", ")
         ),
         streams: &streams,
-        decisions: &decisions,
+        decisions: &logs.decisions,
         faults: &faults,
         findings: &findings,
         memory: &memory,
-        host: &host,
+        host: &logs.host,
         start_us,
         answer_bound_ms: STORE_TIMEOUT_MS + 5,
         warm_up_s,
@@ -262,7 +255,7 @@ fn soak(length: Duration, seed: u64, out: &Path) -> usize {
     println!("{markdown}");
     eprintln!(
         "chaos: {} decisions, {} faults, {} violations; report in {}",
-        decisions.len(),
+        logs.decisions.len(),
         faults.len(),
         findings.violations.len(),
         out.join("report.md").display()
@@ -411,26 +404,19 @@ fn recheck(dir: &Path) -> usize {
         return 1;
     };
     let streams = rules::streams();
-    let Logs {
-        decisions,
-        quota,
-        faults,
-        host,
-        instances: logs,
-    } = Logs::read(dir);
-    let run = run_of(&streams, &decisions, &quota, &faults, *start_us, *end_us);
-    let findings = check::check(&run, &logs);
+    let logs = Logs::read(dir);
+    let (faults, findings) = logs.check(&streams, *start_us, *end_us);
     let report = report::Report {
         seed: *seed,
         length_s: *length_s,
         command: format!("scripts/chaos.sh {length_s}s {seed}"),
         setup: format!("Checked again from the logs in {}.", dir.display()),
         streams: &streams,
-        decisions: &decisions,
+        decisions: &logs.decisions,
         faults: &faults,
         findings: &findings,
         memory: &[],
-        host: &host,
+        host: &logs.host,
         start_us: *start_us,
         answer_bound_ms: STORE_TIMEOUT_MS + 5,
         warm_up_s: 60.0,
@@ -455,6 +441,36 @@ struct Logs {
 }
 
 impl Logs {
+    /// The checker on these logs, with the nemesis's faults and the host
+    /// stalls seen (each a fault on every instance and primary): the
+    /// faults, and the findings, which say how many violations the
+    /// stalls' allowance excused.
+    fn check(
+        &self,
+        streams: &[rules::Stream],
+        start_us: u64,
+        end_us: u64,
+    ) -> (Vec<Fault>, check::Findings) {
+        let checked = |faults: &[Fault]| {
+            let run = run_of(
+                streams,
+                &self.decisions,
+                &self.quota,
+                faults,
+                start_us,
+                end_us,
+            );
+            check::check(&run, &self.instances)
+        };
+        let caused_only = checked(&self.faults).violations.len();
+        let next_id = self.faults.iter().map(|f| f.id + 1).max().unwrap_or(0);
+        let mut faults = self.faults.clone();
+        faults.extend(host::stalls(&self.host, next_id));
+        let mut findings = checked(&faults);
+        findings.excused_by_host_stalls = caused_only.saturating_sub(findings.violations.len());
+        (faults, findings)
+    }
+
     fn read(dir: &Path) -> Logs {
         Logs {
             decisions: read_decisions(dir),

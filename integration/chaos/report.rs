@@ -263,12 +263,13 @@ impl Report<'_> {
             .count();
         let _ = writeln!(
             md,
-            "CPU time the hypervisor took from this virtual machine (steal), per second, in CPUs of its {}: p50 {:.2}, p99 {:.2}, max {:.2}. Host stalls (a second with at least {} CPU stolen): {stalls}. Violations within 2 s of one: {near} of {}.\n",
+            "CPU time the hypervisor took from this virtual machine (steal), per second, in CPUs of its {}: p50 {:.2}, p99 {:.2}, max {:.2}. Seconds with at least {} CPU stolen: {stalls}; each run of them is a host stall, a fault seen, not caused, on every instance and primary (the allowance of a store fault that touches every key). Violations the host stalls excused: {}; violations within 2 s of one: {near} of {}.\n",
             std::thread::available_parallelism().map_or(0, |n| n.get()),
             at(0.5),
             at(0.99),
             at(1.0),
             host::STALL_CPUS,
+            f.excused_by_host_stalls,
             f.violations.len()
         );
 
@@ -486,6 +487,7 @@ impl Report<'_> {
                 FaultKind::SlowLink => RGBColor(180, 230, 170),
                 FaultKind::KillInstance => RGBColor(200, 200, 200),
                 FaultKind::Reload => RGBColor(250, 240, 120),
+                FaultKind::HostStall => RGBColor(120, 120, 120),
             }
         };
         let x_end = self.length_s as f64;
