@@ -363,6 +363,90 @@ fn a_fixed_window_over_its_limit_is_a_violation() {
 }
 
 #[test]
+fn a_token_bucket_over_burst_and_rate_in_a_span_is_a_violation() {
+    // 20 a second, burst 40: at most 60 in any 1 s span.
+    let id = streams_of("bucket", "b2")[0];
+    let at_bound: Vec<Decision> = (0..60)
+        .map(|i| hit(id, 5_000 + i * 15, Outcome::Ok))
+        .collect();
+    let f = checked(&at_bound, &[], &[]);
+    assert_eq!(f.violations.len(), 0, "{:?}", f.violations);
+
+    let mut over = at_bound.clone();
+    over.push(hit(id, 5_950, Outcome::Ok));
+    let f = checked(&over, &[], &[]);
+    assert!(
+        violations(&f, "61 admitted in 1 s") >= 1,
+        "{:?}",
+        f.violations
+    );
+}
+
+#[test]
+fn more_holds_than_max_in_flight_is_a_violation() {
+    let id = streams_of("inflight", "i0")[0];
+    // Each hold from its admission's answer to its release's send.
+    let holds = |n: u64| -> Vec<Decision> {
+        (0..n)
+            .flat_map(|i| {
+                let taken = hit(id, 5_000 + i * 10, Outcome::Ok);
+                let given = Decision {
+                    op: Op::Release,
+                    send_us: ms(5_500 + i * 10),
+                    answer_us: ms(5_500 + i * 10) + 900,
+                    ..taken.clone()
+                };
+                [taken, given]
+            })
+            .collect()
+    };
+    assert_eq!(checked(&holds(5), &[], &[]).violations.len(), 0);
+    let f = checked(&holds(6), &[], &[]);
+    assert_eq!(violations(&f, "6 in flight"), 1, "{:?}", f.violations);
+}
+
+/// A fault of `kind` on every slot from 5 s to 7 s, the replica promoted
+/// at 6 s.
+fn on_every_primary(kind: FaultKind) -> Fault {
+    Fault {
+        id: 0,
+        kind,
+        instance: None,
+        primary: Some(7000),
+        slots: vec![(0, 16_383)],
+        start_us: ms(5_000),
+        end_us: ms(7_000),
+        promoted_us: Some(ms(6_000)),
+        note: String::new(),
+    }
+}
+
+#[test]
+fn a_forced_failover_may_lose_what_it_acknowledged_a_graceful_one_nothing() {
+    // 22 admitted in the second of the failover, on a limit of 20.
+    let over = |rule: &str, value: &str| -> Vec<Decision> {
+        let id = streams_of(rule, value)[0];
+        (0..22)
+            .map(|i| hit(id, 5_000 + i * 40, Outcome::Ok))
+            .collect()
+    };
+    let forced = [on_every_primary(FaultKind::ForcedFailover)];
+    let f = checked(&over("closed", "c0"), &[], &forced);
+    assert_eq!(
+        f.violations.len(),
+        0,
+        "the loss window's admissions: {:?}",
+        f.violations
+    );
+    // Nothing is lost by a graceful failover, nor by a replicated rule.
+    let graceful = [on_every_primary(FaultKind::Failover)];
+    let f = checked(&over("closed", "c0"), &[], &graceful);
+    assert_eq!(violations(&f, "22 admitted"), 1, "{:?}", f.violations);
+    let f = checked(&over("durable", "d0"), &[], &forced);
+    assert_eq!(violations(&f, "22 admitted"), 1, "{:?}", f.violations);
+}
+
+#[test]
 fn an_error_only_where_a_fault_touched_the_key() {
     let id = streams_of("closed", "c0")[0];
     let f = checked(
