@@ -20,8 +20,10 @@
 //!   Blanket rules: no rule, an unknown domain, `unlimited` and
 //!   `shadow_mode` allow all; a limit of 0 denies all.
 //! - Envoy replaces its bucket, starting full, whenever the assignment
-//!   changes, so an assignment changes only when a share moves by more
-//!   than 10 % ([`crate::limiter::share::moved`]). Over any span `t`, an
+//!   changes, so the board moves a share only when it moves by more than
+//!   10 % ([`crate::limiter::share::moved`]), or cuts a kept share to keep
+//!   the split within the rate; a share the board kept is sent as the same
+//!   bucket. Over any span `t`, an
 //!   Envoy admits at most `assigned × t + max_tokens × (1 + changes)`.
 //! - Built to Envoy's client as it is: every TTL and fill interval is in
 //!   whole seconds (Envoy truncates to seconds), a TTL is at least 1 s;

@@ -10,7 +10,6 @@ use tokio::sync::mpsc;
 use super::bucket::{EnvoyBucket, Quota};
 use super::quotas::{Push, Quotas};
 use crate::config::{FailureMode, Lookup};
-use crate::limiter::share::moved;
 use crate::metrics;
 use crate::store::board::{BoardOp, BoardStep, Shares};
 use crate::store::key::board_key;
@@ -396,13 +395,13 @@ fn leave(board: Drawn, line: u64) -> BoardStep {
     }
 }
 
-/// The token bucket for an assignment of `assigned` requests per second;
-/// the one Envoy runs if that is the same in substance (a new one would
-/// start full) and not above `assigned`. The board keeps the assignments
-/// on it within the rate by cutting a kept share to its target, a move of
-/// any size: a bucket kept above its share would undo that cut, so every
-/// bucket sent runs at most its share, and the Envoys on a board at most
-/// its rate.
+/// The token bucket for an assignment of `assigned` requests per second.
+/// Whether a share moves at all is the board's to decide (it keeps a share
+/// through a small move, and cuts a kept share to its target, a move of
+/// any size, when the kept ones would pass the rate): a share the board
+/// kept gives the same bucket, so Envoy's bucket does not start full
+/// again, and a bucket never runs above its share, so the Envoys on a
+/// board never run above its rate.
 fn strategy_for(state: &BucketState, assigned: f64) -> Strategy {
     let (rate, burst) = state
         .board
@@ -413,14 +412,7 @@ fn strategy_for(state: &BucketState, assigned: f64) -> Strategy {
     } else {
         0.0
     };
-    match state.sent {
-        Some(Strategy::Bucket(old))
-            if old.rate() <= assigned && !moved(old.rate(), assigned, rate) =>
-        {
-            Strategy::Bucket(old)
-        }
-        _ => Strategy::Bucket(EnvoyBucket::for_rate(assigned, burst)),
-    }
+    Strategy::Bucket(EnvoyBucket::for_rate(assigned, burst))
 }
 
 /// What a bucket is told at `now` after its board step's `answer`: its
