@@ -13,7 +13,7 @@ use tonic::transport::Channel;
 
 use crate::log::{now_us, Decision, Op, Outcome};
 use crate::quota;
-use crate::rules::{Rule, Stream, DOMAIN};
+use crate::rules::{Stream, DOMAIN};
 use crate::support;
 
 /// How long a call may take before the client gives up on it: far past
@@ -93,9 +93,8 @@ async fn run(
     let mut tasks = Vec::new();
     for stream in streams {
         let (clients, tx) = (Arc::clone(&clients), tx.clone());
-        let board = Rule::by_name(stream.rule).is_some_and(Rule::is_board);
         tasks.push(match stream.hold_ms {
-            _ if board => tokio::spawn(quota::envoy(
+            _ if stream.is_envoy() => tokio::spawn(quota::envoy(
                 stream,
                 channels.clone(),
                 quota_tx.clone(),

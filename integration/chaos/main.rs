@@ -195,14 +195,12 @@ fn soak(length: Duration, seed: u64, out: &Path) -> usize {
             });
         }
     }
-    let is_envoy =
-        |s: &rules::Stream| rules::Rule::by_name(s.rule).is_some_and(rules::Rule::is_board);
     let offered: f64 = streams
         .iter()
-        .filter(|s| s.hold_ms.is_none() && !is_envoy(s))
+        .filter(|s| s.hold_ms.is_none() && !s.is_envoy())
         .map(|s| s.rate)
         .sum();
-    let envoys = streams.iter().filter(|s| is_envoy(s)).count();
+    let envoys = streams.iter().filter(|s| s.is_envoy()).count();
     let warm_up_s = 60.0_f64.min(length.as_secs_f64() / 4.0);
     if let Some((i, a, b, span)) = report::memory_growth(&memory, warm_up_s) {
         if length >= Duration::from_secs(600) && !report::flat(a, b) {

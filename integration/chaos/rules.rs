@@ -271,6 +271,13 @@ pub fn streams() -> Vec<Stream> {
     out
 }
 
+impl Stream {
+    /// Whether it is an RLQS Envoy (its rule a board) rather than calls.
+    pub fn is_envoy(&self) -> bool {
+        Rule::by_name(self.rule).is_some_and(Rule::is_board)
+    }
+}
+
 /// A stream as one argument of a client process, and back.
 impl Stream {
     pub fn to_arg(&self) -> String {
