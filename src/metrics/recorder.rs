@@ -33,8 +33,10 @@ use metrics_util::registry::{Registry, Storage};
 use parking_lot::{Mutex, RwLock};
 
 use super::prometheus_mapping::{sanitize_label_name, Mapper, StatKind};
-use super::statsd::{dogstatsd_tags, format_gauge, format_timer_ms, push_line, serialize_tags};
+use super::statsd::{dogstatsd_tags, serialize_tags};
 use super::RATE_LIMIT_PREFIX;
+
+mod render;
 
 thread_local! {
     /// Set while a rule's own series (bounded by the config) registers.
@@ -228,6 +230,16 @@ pub(crate) struct TimerCell {
     buffer: bool,
     pub(crate) state: Mutex<TimerState>,
     idle: Idle,
+}
+
+impl TimerCell {
+    /// Takes the samples recorded since the last flush, and adds to
+    /// `dropped` those the cap ([`MAX_PENDING_SAMPLES`]) left out.
+    pub(crate) fn take_pending(&self, dropped: &mut u64) -> Vec<f64> {
+        let mut s = self.state.lock();
+        *dropped += std::mem::take(&mut s.dropped);
+        std::mem::take(&mut s.pending)
+    }
 }
 
 impl HistogramFn for TimerCell {
@@ -440,55 +452,9 @@ impl Core {
             .visit_gauges(|_, g| emit(&g.meta, Sample::Gauge(g.value())));
         let mut dropped = 0;
         self.registry.visit_histograms(|_, t| {
-            let pending = {
-                let mut s = t.state.lock();
-                dropped += std::mem::take(&mut s.dropped);
-                std::mem::take(&mut s.pending)
-            };
+            let pending = t.take_pending(&mut dropped);
             for v in pending {
                 emit(&t.meta, Sample::Timer(v));
-            }
-        });
-        dropped
-    }
-
-    /// Feeds every unflushed change into the Prometheus recorder (no-op
-    /// without one): counters by their delta (fed counters also with zero
-    /// deltas, which keeps their series from idling out), gauges by value,
-    /// timer samples scaled.
-    pub(crate) fn sync_prometheus(&self) -> u64 {
-        let Some(prom) = &self.prometheus else {
-            return 0;
-        };
-        let _guard = self.flush_lock.lock();
-        self.registry.visit_counters(|_, c| {
-            let now = c.value.load(Ordering::Relaxed);
-            let before = c.flushed.swap(now, Ordering::Relaxed);
-            let delta = now.saturating_sub(before);
-            if let Some(key) = &c.meta.prom_key {
-                if delta > 0 || c.fed.load(Ordering::Relaxed) {
-                    prom.register_counter(key, &META).increment(delta);
-                    c.fed.store(true, Ordering::Relaxed);
-                }
-            }
-        });
-        self.registry.visit_gauges(|_, g| {
-            if let Some(key) = &g.meta.prom_key {
-                prom.register_gauge(key, &META).set(g.value());
-            }
-        });
-        let mut dropped = 0;
-        self.registry.visit_histograms(|_, t| {
-            let pending = {
-                let mut s = t.state.lock();
-                dropped += std::mem::take(&mut s.dropped);
-                std::mem::take(&mut s.pending)
-            };
-            if let Some(key) = &t.meta.prom_key {
-                let h = prom.register_histogram(key, &META);
-                for v in pending {
-                    h.record(v * t.meta.prom_scale);
-                }
             }
         });
         dropped
@@ -551,61 +517,6 @@ impl Core {
         let removed = removed.into_inner();
         if removed > 0 {
             self.dynamic.fetch_sub(removed, Ordering::Relaxed);
-        }
-    }
-
-    /// Every statistic, one `name: value` line each, sorted by name:
-    /// counters by cumulative value, gauges by value, timers as
-    /// `count=<n> sum_ms=<total>`.
-    pub(crate) fn render_stats(&self) -> String {
-        let mut lines: Vec<(String, String)> = Vec::new();
-        self.registry.visit_counters(|_, c| {
-            lines.push((
-                c.meta.stat_name.clone(),
-                c.value.load(Ordering::Relaxed).to_string(),
-            ));
-        });
-        self.registry.visit_gauges(|_, g| {
-            let v = g.value();
-            let text = if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e15 {
-                format!("{}", v as i64)
-            } else {
-                format!("{v}")
-            };
-            lines.push((g.meta.stat_name.clone(), text));
-        });
-        self.registry.visit_histograms(|_, t| {
-            let s = t.state.lock();
-            lines.push((
-                t.meta.stat_name.clone(),
-                format!("count={} sum_ms={:.3}", s.count, s.sum),
-            ));
-        });
-        lines.sort();
-        let mut out = String::with_capacity(lines.len() * 48);
-        for (name, value) in lines {
-            out.push_str(&name);
-            out.push_str(": ");
-            out.push_str(&value);
-            out.push('\n');
-        }
-        out
-    }
-
-    /// Appends the statsd line of `sample` to `buf`; returns whether a line
-    /// was written (NaN gauges and negative timer samples are not sent).
-    pub(crate) fn push_statsd(buf: &mut String, meta: &Meta, sample: Sample) -> bool {
-        let (value, ty) = match sample {
-            Sample::Counter(d) => (Some(d.to_string()), "c"),
-            Sample::Gauge(v) => (format_gauge(v), "g"),
-            Sample::Timer(ms) => (format_timer_ms(ms), "ms"),
-        };
-        match value {
-            Some(v) => {
-                push_line(buf, &meta.wire_name, &v, ty, &meta.wire_tags);
-                true
-            }
-            None => false,
         }
     }
 }

@@ -74,325 +74,23 @@ pub fn spec(name: &str) -> Option<&'static VarSpec> {
     VARS.iter().chain(EXTENSIONS).find(|v| v.name == name)
 }
 
-/// After SIGTERM, how long the health check fails before the listeners
-/// close, so load balancers stop sending first. Ours; default `0s` (the
-/// original's behaviour).
-pub const ENV_SHUTDOWN_DRAIN_DURATION: &str = "SHUTDOWN_DRAIN_DURATION";
-/// How long in-flight calls may run after the listeners close before
-/// connections are cut. Ours; the original waits forever.
-pub const ENV_SHUTDOWN_TIMEOUT: &str = "SHUTDOWN_TIMEOUT";
-
-/// `tcp` (default) or `udp`: the statsd transport. Read by the original's
-/// statsd library rather than its settings; honoured here the same way.
-pub const ENV_STATSD_PROTOCOL: &str = "STATSD_PROTOCOL";
-
-/// `true`: a request's fixed-window limits in the original's vocabulary
-/// are decided first and counted only if every limit of the request passes
-/// (all or nothing), instead of the original's count-every-hit. Ours;
-/// default `false` (the original's behaviour). The opt-in algorithms are
-/// always all or nothing.
-pub const ENV_ALL_OR_NOTHING: &str = "ALL_OR_NOTHING";
-
-/// Hard deadline of a request's store work; past it the store has failed
-/// for that request's limits. Ours; default `50ms`.
-pub const ENV_STORE_TIMEOUT: &str = "STORE_TIMEOUT";
-/// Consecutive failures of one store node that open its breaker; `0`
-/// disables the breaker. Ours; default `5`.
-pub const ENV_STORE_BREAKER_FAILURES: &str = "STORE_BREAKER_FAILURES";
-/// How long an open breaker sends nothing before one probe. Ours; default `1s`.
-pub const ENV_STORE_BREAKER_COOLDOWN: &str = "STORE_BREAKER_COOLDOWN";
-/// What a rule without its own `failure_mode` does when the store cannot
-/// answer: `error` (the original's UNKNOWN), `open` or `closed`. Ours;
-/// default `error`.
-pub const ENV_STORE_FAILURE_MODE: &str = "STORE_FAILURE_MODE";
-/// An `open` rule's local floor as a share of its limit, when it sets no
-/// `fallback_requests_per_unit`. Ours; default `0.1`.
-pub const ENV_STORE_FALLBACK_SHARE: &str = "STORE_FALLBACK_SHARE";
-
-/// Which rate-limit headers `LIMIT_RESPONSE_HEADERS_ENABLED` adds:
-/// `original` (the original's three, byte for byte), `ietf` (RateLimit-Policy
-/// and RateLimit of the IETF draft, and Retry-After) or `x-ratelimit`
-/// (Envoy's X-RateLimit-* spelling). Ours; default `original`.
-pub const ENV_LIMIT_RESPONSE_HEADERS_FORMAT: &str = "LIMIT_RESPONSE_HEADERS_FORMAT";
-/// A uniformly random extra delay in [0, jitter) added to the retry time of
-/// OVER_LIMIT statuses (and so to Retry-After). Ours; default `0s`.
-pub const ENV_RETRY_AFTER_JITTER: &str = "RETRY_AFTER_JITTER";
-
-/// Decisions per second on one instance from which a key of a `lease:
-/// true` rule is leased. Ours; default `100`.
-pub const ENV_LEASE_MIN_RATE: &str = "LEASE_MIN_RATE";
-/// How much of a leased key's measured traffic one batch covers. Ours;
-/// default `100ms`.
-pub const ENV_LEASE_DURATION: &str = "LEASE_DURATION";
-/// The longest a lease lives before its unspent tokens go back. Ours;
-/// default `1s`.
-pub const ENV_LEASE_TTL: &str = "LEASE_TTL";
-/// The largest batch as a share of the limit, in (0, 1]. Ours; default `0.05`.
-pub const ENV_LEASE_MAX_SHARE: &str = "LEASE_MAX_SHARE";
-/// The most keys the memory store holds (`BACKEND_TYPE=memory`). Ours;
-/// default `1000000` (about 125 MB), shared between the rules that hold
-/// keys (a flood of one rule evicts its own keys).
-pub const ENV_MEMORY_MAX_KEYS: &str = "MEMORY_MAX_KEYS";
-/// How long an RLQS assignment holds without a new report, and how long
-/// a silent Envoy's share stays taken. Ours; default `15s` (three of
-/// Envoy's 5 s reports).
-pub const ENV_RLQS_ASSIGNMENT_TTL: &str = "RLQS_ASSIGNMENT_TTL";
-/// An RLQS bucket reported without requests this long is abandoned. Ours;
-/// default `60s`.
-pub const ENV_RLQS_IDLE_TIMEOUT: &str = "RLQS_IDLE_TIMEOUT";
-/// How often an instance reads again the RLQS boards its streams hold
-/// lines on, to push the shares other instances moved. Ours; default
-/// `250ms`.
-pub const ENV_RLQS_SYNC_INTERVAL: &str = "RLQS_SYNC_INTERVAL";
-/// How many of the busiest keys `/hotkeys` and the `ratelimit.hot_keys`
-/// gauges show; `0` turns detection off. Ours; default `16`.
-pub const ENV_HOT_KEYS_TOP_K: &str = "HOT_KEYS_TOP_K";
-
-/// The share of keys whose decisions the decision audit checks against
-/// their rule's exact contract, in [0, 1]; `0` turns it off. Ours;
-/// default `0`.
-pub const ENV_DECISION_AUDIT_SAMPLE: &str = "DECISION_AUDIT_SAMPLE";
-/// Window contracts above this many requests per window are not audited
-/// (their reference holds one entry per admitted request). Ours; default
-/// `10000`.
-pub const ENV_DECISION_AUDIT_MAX_LIMIT: &str = "DECISION_AUDIT_MAX_LIMIT";
-
-/// How many single-threaded runtimes serve the gRPC connections (each
-/// connection is served by one of them); `0`: none, the shared
-/// multi-threaded runtime serves them; `auto`: one per core with two cores
-/// or more, else `0`. Ours; default `auto`.
-pub const ENV_GRPC_WORKERS: &str = "GRPC_WORKERS";
-
-/// The most descriptors one request may carry; a request with more is
-/// refused with INVALID_ARGUMENT naming the limit. Ours; default `1000`.
-pub const ENV_REQUEST_MAX_DESCRIPTORS: &str = "REQUEST_MAX_DESCRIPTORS";
-
-/// The most entries one descriptor may carry, likewise. Ours; default `64`.
-pub const ENV_REQUEST_MAX_ENTRIES: &str = "REQUEST_MAX_ENTRIES";
-
-/// The most concurrent streams one gRPC connection may open (HTTP/2
-/// `SETTINGS_MAX_CONCURRENT_STREAMS`; a proxy opens another connection
-/// beyond it). Ours; default `1024`.
-pub const ENV_GRPC_MAX_CONCURRENT_STREAMS: &str = "GRPC_MAX_CONCURRENT_STREAMS";
-
-/// The most connections the HTTP port, and the debug port, each hold open
-/// at once; one more is closed at once. Ours; default `256`.
-pub const ENV_HTTP_MAX_CONNECTIONS: &str = "HTTP_MAX_CONNECTIONS";
-
-/// How long the HTTP and debug ports wait for a request's head (on a new
-/// connection, or an idle keep-alive one) before closing it. Ours; default
-/// `5s`.
-pub const ENV_HTTP_HEADER_TIMEOUT: &str = "HTTP_HEADER_TIMEOUT";
-
-/// The most gRPC connections open at once; one more is closed at once.
-/// `auto`: the process's open-file limit less the other ports' and the
-/// stores' share. Ours; default `auto`.
-pub const ENV_GRPC_MAX_CONNECTIONS: &str = "GRPC_MAX_CONNECTIONS";
-
-/// How long a new gRPC connection may stay silent before it is closed (a
-/// connection that has spoken is never closed for idleness). Ours; default
-/// `5s`.
-pub const ENV_GRPC_CONNECTION_TIMEOUT: &str = "GRPC_CONNECTION_TIMEOUT";
-
-/// Variables this service adds to the original's. Each is opt-in: its
-/// default keeps an existing deployment's behaviour.
-pub static EXTENSIONS: &[VarSpec] = &[
-    VarSpec {
-        name: ENV_STATSD_PROTOCOL,
-        kind: Kind::String,
-        default: "tcp",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_SHUTDOWN_DRAIN_DURATION,
-        kind: Kind::Duration,
-        default: "0s",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_SHUTDOWN_TIMEOUT,
-        kind: Kind::Duration,
-        default: "15s",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_ALL_OR_NOTHING,
-        kind: Kind::Bool,
-        default: "false",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_LIMIT_RESPONSE_HEADERS_FORMAT,
-        kind: Kind::String,
-        default: "original",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_RETRY_AFTER_JITTER,
-        kind: Kind::Duration,
-        default: "0s",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_STORE_TIMEOUT,
-        kind: Kind::Duration,
-        default: "50ms",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_STORE_BREAKER_FAILURES,
-        kind: Kind::Int,
-        default: "5",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_STORE_BREAKER_COOLDOWN,
-        kind: Kind::Duration,
-        default: "1s",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_STORE_FAILURE_MODE,
-        kind: Kind::String,
-        default: "error",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_STORE_FALLBACK_SHARE,
-        kind: Kind::Float,
-        default: "0.1",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_LEASE_MIN_RATE,
-        kind: Kind::Int,
-        default: "100",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_LEASE_DURATION,
-        kind: Kind::Duration,
-        default: "100ms",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_LEASE_TTL,
-        kind: Kind::Duration,
-        default: "1s",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_MEMORY_MAX_KEYS,
-        kind: Kind::Int,
-        default: "1000000",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_RLQS_ASSIGNMENT_TTL,
-        kind: Kind::Duration,
-        default: "15s",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_RLQS_IDLE_TIMEOUT,
-        kind: Kind::Duration,
-        default: "60s",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_RLQS_SYNC_INTERVAL,
-        kind: Kind::Duration,
-        default: "250ms",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_LEASE_MAX_SHARE,
-        kind: Kind::Float,
-        default: "0.05",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_HOT_KEYS_TOP_K,
-        kind: Kind::Int,
-        default: "16",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_GRPC_WORKERS,
-        kind: Kind::String,
-        default: "auto",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_DECISION_AUDIT_SAMPLE,
-        kind: Kind::Float,
-        default: "0",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_DECISION_AUDIT_MAX_LIMIT,
-        kind: Kind::Int,
-        default: "10000",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_REQUEST_MAX_DESCRIPTORS,
-        kind: Kind::Int,
-        default: "1000",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_REQUEST_MAX_ENTRIES,
-        kind: Kind::Int,
-        default: "64",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_HTTP_MAX_CONNECTIONS,
-        kind: Kind::Int,
-        default: "256",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_HTTP_HEADER_TIMEOUT,
-        kind: Kind::Duration,
-        default: "5s",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_GRPC_MAX_CONNECTIONS,
-        kind: Kind::String,
-        default: "auto",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_GRPC_CONNECTION_TIMEOUT,
-        kind: Kind::Duration,
-        default: "5s",
-        support: Support::Active,
-    },
-    VarSpec {
-        name: ENV_GRPC_MAX_CONCURRENT_STREAMS,
-        kind: Kind::Int,
-        default: "1024",
-        support: Support::Active,
-    },
-];
-
-/// Declares one `pub const` per variable and the [`VARS`] table from a single list, so a name
-/// cannot be in one and missing from the other. To start acting on a variable, change its
-/// last word from `Accepted` to `Active`.
+/// Declares one `pub const` per variable and its table ([`VARS`], the original's;
+/// [`EXTENSIONS`], ours) from a single list, so a name cannot be in one and missing from the
+/// other, and each variable's name, kind, default and support are written once. To start
+/// acting on a variable, change its last word from `Accepted` to `Active`.
 macro_rules! vars {
-    ($($(#[$doc:meta])* $konst:ident = $name:literal, $kind:ident, $default:literal, $support:ident;)*) => {
+    (
+        $(#[$table_doc:meta])* static $table:ident;
+        $($(#[$doc:meta])* $konst:ident = $name:literal, $kind:ident, $default:literal, $support:ident;)*
+    ) => {
         $(
             $(#[$doc])*
             #[doc = concat!("\n\nKind: ", stringify!($kind), "; default: \"", $default, "\".")]
             pub const $konst: &str = $name;
         )*
 
-        /// Every variable of the original, in the order of the specification table
-        ///. Names are unique (unit-tested).
-        pub static VARS: &[VarSpec] = &[
+        $(#[$table_doc])*
+        pub static $table: &[VarSpec] = &[
             $(VarSpec {
                 name: $konst,
                 kind: Kind::$kind,
@@ -404,6 +102,10 @@ macro_rules! vars {
 }
 
 vars! {
+    /// Every variable of the original, in the order of the specification
+    /// table. Names are unique (unit-tested).
+    static VARS;
+
     /// Bind address of the main HTTP port.
     ENV_HOST = "HOST", String, "0.0.0.0", Active;
     /// Main HTTP port (`/healthcheck`, `/json`).
@@ -634,115 +336,117 @@ vars! {
     ENV_TRACING_SAMPLING_RATE = "TRACING_SAMPLING_RATE", Float, "1", Active;
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashSet;
+vars! {
+    /// Variables this service adds to the original's. Each is opt-in: its
+    /// default keeps an existing deployment's behaviour.
+    static EXTENSIONS;
 
-    #[test]
-    fn table_has_all_114_names_once() {
-        assert_eq!(VARS.len(), 114, "the original has 114 variables");
-        let names: HashSet<&str> = VARS.iter().map(|v| v.name).collect();
-        assert_eq!(names.len(), VARS.len(), "a name appears twice");
-    }
-
-    #[test]
-    fn names_are_upper_snake_case() {
-        for v in VARS {
-            assert!(
-                v.name
-                    .bytes()
-                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'_'),
-                "{}",
-                v.name
-            );
-        }
-    }
-
-    #[test]
-    fn every_default_parses_with_its_kind() {
-        for v in VARS {
-            assert_eq!(
-                v.kind.check(v.default),
-                Ok(()),
-                "{} = {:?}",
-                v.name,
-                v.default
-            );
-        }
-    }
-
-    #[test]
-    fn active_variables_are_the_ones_acted_on() {
-        // Every variable is acted on but the Redis pipelining knobs: this
-        // store sends at most one script per node per decision and
-        // coalesces concurrent ones, which takes their place.
-        let accepted: Vec<&str> = VARS
-            .iter()
-            .filter(|v| v.support != Support::Active)
-            .map(|v| v.name)
-            .collect();
-        assert_eq!(
-            accepted,
-            [
-                ENV_REDIS_PIPELINE_WINDOW,
-                ENV_REDIS_PIPELINE_LIMIT,
-                ENV_REDIS_CLUSTER_PIPELINE_PARALLELISM,
-                ENV_REDIS_PERSECOND_PIPELINE_WINDOW,
-                ENV_REDIS_PERSECOND_PIPELINE_LIMIT,
-                ENV_REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM,
-            ]
-        );
-    }
-
-    /// `docs/settings.md` lists exactly [`EXTENSIONS`], each with its kind
-    /// and default, so the page cannot go stale.
-    #[test]
-    fn the_settings_page_lists_every_extension() {
-        let page = include_str!("../../docs/settings.md");
-        let mut listed: Vec<(String, String, String)> = page
-            .lines()
-            .filter_map(|l| {
-                let cells: Vec<&str> = l.strip_prefix("| `")?.split(" | ").collect();
-                let name = cells.first()?.strip_suffix('`')?;
-                let default = cells.get(2)?.trim_matches('`');
-                Some((name.into(), cells.get(1)?.to_string(), default.into()))
-            })
-            .collect();
-        let mut expected: Vec<(String, String, String)> = EXTENSIONS
-            .iter()
-            .map(|v| {
-                let kind = format!("{:?}", v.kind).to_lowercase();
-                (v.name.into(), kind, v.default.into())
-            })
-            .collect();
-        listed.sort();
-        expected.sort();
-        assert_eq!(listed, expected, "docs/settings.md against EXTENSIONS");
-    }
-
-    #[test]
-    fn spot_check_rows_against_the_spec() {
-        let row = |name| spec(name).map(|v| (v.kind, v.default));
-        assert_eq!(row("PORT"), Some((Kind::Int, "8080")));
-        assert_eq!(row("REDIS_TYPE"), Some((Kind::String, "SINGLE")));
-        assert_eq!(row("NEAR_LIMIT_RATIO"), Some((Kind::Float, "0.8")));
-        assert_eq!(row("EXTRA_TAGS"), Some((Kind::Map, "")));
-        assert_eq!(row("MEMCACHE_HOST_PORT"), Some((Kind::List, "")));
-        assert_eq!(row("REDIS_PIPELINE_WINDOW"), Some((Kind::Duration, "0")));
-        assert_eq!(row("XDS_CLIENT_BACKOFF_JITTER"), Some((Kind::Bool, "true")));
-        assert_eq!(
-            row("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"),
-            Some((Kind::Int, "0"))
-        );
-        assert_eq!(
-            row("REDIS_PERSECOND_URL"),
-            Some((Kind::String, "/var/run/nutcracker/ratelimitpersecond.sock"))
-        );
-        assert_eq!(
-            row("DOG_STATSD_MOGRIFIERS"),
-            None,
-            "README drift, not a variable"
-        );
-    }
+    /// `tcp` (default) or `udp`: the statsd transport. Read by the original's
+    /// statsd library rather than its settings; honoured here the same way.
+    ENV_STATSD_PROTOCOL = "STATSD_PROTOCOL", String, "tcp", Active;
+    /// After SIGTERM, how long the health check fails before the listeners
+    /// close, so load balancers stop sending first. Ours; default `0s` (the
+    /// original's behaviour).
+    ENV_SHUTDOWN_DRAIN_DURATION = "SHUTDOWN_DRAIN_DURATION", Duration, "0s", Active;
+    /// How long in-flight calls may run after the listeners close before
+    /// connections are cut. Ours; the original waits forever.
+    ENV_SHUTDOWN_TIMEOUT = "SHUTDOWN_TIMEOUT", Duration, "15s", Active;
+    /// `true`: a request's fixed-window limits in the original's vocabulary
+    /// are decided first and counted only if every limit of the request passes
+    /// (all or nothing), instead of the original's count-every-hit. Ours;
+    /// default `false` (the original's behaviour). The opt-in algorithms are
+    /// always all or nothing.
+    ENV_ALL_OR_NOTHING = "ALL_OR_NOTHING", Bool, "false", Active;
+    /// Which rate-limit headers `LIMIT_RESPONSE_HEADERS_ENABLED` adds:
+    /// `original` (the original's three, byte for byte), `ietf` (RateLimit-Policy
+    /// and RateLimit of the IETF draft, and Retry-After) or `x-ratelimit`
+    /// (Envoy's X-RateLimit-* spelling). Ours; default `original`.
+    ENV_LIMIT_RESPONSE_HEADERS_FORMAT = "LIMIT_RESPONSE_HEADERS_FORMAT", String, "original", Active;
+    /// A uniformly random extra delay in [0, jitter) added to the retry time of
+    /// OVER_LIMIT statuses (and so to Retry-After). Ours; default `0s`.
+    ENV_RETRY_AFTER_JITTER = "RETRY_AFTER_JITTER", Duration, "0s", Active;
+    /// Hard deadline of a request's store work; past it the store has failed
+    /// for that request's limits. Ours; default `50ms`.
+    ENV_STORE_TIMEOUT = "STORE_TIMEOUT", Duration, "50ms", Active;
+    /// Consecutive failures of one store node that open its breaker; `0`
+    /// disables the breaker. Ours; default `5`.
+    ENV_STORE_BREAKER_FAILURES = "STORE_BREAKER_FAILURES", Int, "5", Active;
+    /// How long an open breaker sends nothing before one probe. Ours; default `1s`.
+    ENV_STORE_BREAKER_COOLDOWN = "STORE_BREAKER_COOLDOWN", Duration, "1s", Active;
+    /// What a rule without its own `failure_mode` does when the store cannot
+    /// answer: `error` (the original's UNKNOWN), `open` or `closed`. Ours;
+    /// default `error`.
+    ENV_STORE_FAILURE_MODE = "STORE_FAILURE_MODE", String, "error", Active;
+    /// An `open` rule's local floor as a share of its limit, when it sets no
+    /// `fallback_requests_per_unit`. Ours; default `0.1`.
+    ENV_STORE_FALLBACK_SHARE = "STORE_FALLBACK_SHARE", Float, "0.1", Active;
+    /// Decisions per second on one instance from which a key of a `lease:
+    /// true` rule is leased. Ours; default `100`.
+    ENV_LEASE_MIN_RATE = "LEASE_MIN_RATE", Int, "100", Active;
+    /// How much of a leased key's measured traffic one batch covers. Ours;
+    /// default `100ms`.
+    ENV_LEASE_DURATION = "LEASE_DURATION", Duration, "100ms", Active;
+    /// The longest a lease lives before its unspent tokens go back. Ours;
+    /// default `1s`.
+    ENV_LEASE_TTL = "LEASE_TTL", Duration, "1s", Active;
+    /// The most keys the memory store holds (`BACKEND_TYPE=memory`). Ours;
+    /// default `1000000` (about 125 MB), shared between the rules that hold
+    /// keys (a flood of one rule evicts its own keys).
+    ENV_MEMORY_MAX_KEYS = "MEMORY_MAX_KEYS", Int, "1000000", Active;
+    /// How long an RLQS assignment holds without a new report, and how long
+    /// a silent Envoy's share stays taken. Ours; default `15s` (three of
+    /// Envoy's 5 s reports).
+    ENV_RLQS_ASSIGNMENT_TTL = "RLQS_ASSIGNMENT_TTL", Duration, "15s", Active;
+    /// An RLQS bucket reported without requests this long is abandoned. Ours;
+    /// default `60s`.
+    ENV_RLQS_IDLE_TIMEOUT = "RLQS_IDLE_TIMEOUT", Duration, "60s", Active;
+    /// How often an instance reads again the RLQS boards its streams hold
+    /// lines on, to push the shares other instances moved. Ours; default
+    /// `250ms`.
+    ENV_RLQS_SYNC_INTERVAL = "RLQS_SYNC_INTERVAL", Duration, "250ms", Active;
+    /// The largest batch as a share of the limit, in (0, 1]. Ours; default `0.05`.
+    ENV_LEASE_MAX_SHARE = "LEASE_MAX_SHARE", Float, "0.05", Active;
+    /// How many of the busiest keys `/hotkeys` and the `ratelimit.hot_keys`
+    /// gauges show; `0` turns detection off. Ours; default `16`.
+    ENV_HOT_KEYS_TOP_K = "HOT_KEYS_TOP_K", Int, "16", Active;
+    /// How many single-threaded runtimes serve the gRPC connections (each
+    /// connection is served by one of them); `0`: none, the shared
+    /// multi-threaded runtime serves them; `auto`: one per core with two cores
+    /// or more, else `0`. Ours; default `auto`.
+    ENV_GRPC_WORKERS = "GRPC_WORKERS", String, "auto", Active;
+    /// The share of keys whose decisions the decision audit checks against
+    /// their rule's exact contract, in [0, 1]; `0` turns it off. Ours;
+    /// default `0`.
+    ENV_DECISION_AUDIT_SAMPLE = "DECISION_AUDIT_SAMPLE", Float, "0", Active;
+    /// Window contracts above this many requests per window are not audited
+    /// (their reference holds one entry per admitted request). Ours; default
+    /// `10000`.
+    ENV_DECISION_AUDIT_MAX_LIMIT = "DECISION_AUDIT_MAX_LIMIT", Int, "10000", Active;
+    /// The most descriptors one request may carry; a request with more is
+    /// refused with INVALID_ARGUMENT naming the limit. Ours; default `1000`.
+    ENV_REQUEST_MAX_DESCRIPTORS = "REQUEST_MAX_DESCRIPTORS", Int, "1000", Active;
+    /// The most entries one descriptor may carry, likewise. Ours; default `64`.
+    ENV_REQUEST_MAX_ENTRIES = "REQUEST_MAX_ENTRIES", Int, "64", Active;
+    /// The most connections the HTTP port, and the debug port, each hold open
+    /// at once; one more is closed at once. Ours; default `256`.
+    ENV_HTTP_MAX_CONNECTIONS = "HTTP_MAX_CONNECTIONS", Int, "256", Active;
+    /// How long the HTTP and debug ports wait for a request's head (on a new
+    /// connection, or an idle keep-alive one) before closing it. Ours; default
+    /// `5s`.
+    ENV_HTTP_HEADER_TIMEOUT = "HTTP_HEADER_TIMEOUT", Duration, "5s", Active;
+    /// The most gRPC connections open at once; one more is closed at once.
+    /// `auto`: the process's open-file limit less the other ports' and the
+    /// stores' share. Ours; default `auto`.
+    ENV_GRPC_MAX_CONNECTIONS = "GRPC_MAX_CONNECTIONS", String, "auto", Active;
+    /// How long a new gRPC connection may stay silent before it is closed (a
+    /// connection that has spoken is never closed for idleness). Ours; default
+    /// `5s`.
+    ENV_GRPC_CONNECTION_TIMEOUT = "GRPC_CONNECTION_TIMEOUT", Duration, "5s", Active;
+    /// The most concurrent streams one gRPC connection may open (HTTP/2
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS`; a proxy opens another connection
+    /// beyond it). Ours; default `1024`.
+    ENV_GRPC_MAX_CONCURRENT_STREAMS = "GRPC_MAX_CONCURRENT_STREAMS", Int, "1024", Active;
 }
+
+#[cfg(test)]
+mod tests;
