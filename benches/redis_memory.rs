@@ -167,12 +167,9 @@ fn main() {
                         limit: Limit::Algorithm(limiter),
                         cost: 1,
                         give_back: false,
-                        owner: None,
                         binding: true,
-                        on_failure: Default::default(),
-                        lease: false,
-                        replicated: false,
                         node: None,
+                        rule: Default::default(),
                     })
                     .collect();
                 let reply = store.run(&batch, Policy::Commit).await.expect("check");
@@ -237,12 +234,9 @@ fn main() {
                 limit: Limit::Algorithm(limiter),
                 cost: 100,
                 give_back: false,
-                owner: None,
                 binding: true,
-                on_failure: Default::default(),
-                lease: false,
-                replicated: false,
                 node: None,
+                rule: Default::default(),
             };
             assert!(
                 store

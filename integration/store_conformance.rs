@@ -1,6 +1,8 @@
 //! One set of store behaviours, run against every store: memory, Redis
-//! single, Redis behind sentinels, Redis Cluster (real servers started by
-//! the tests on free loopback ports).
+//! single, Redis behind sentinels, Redis Cluster, memcache (real servers
+//! started by the tests on free loopback ports), over every kind of job: a
+//! request's limits and the RLQS demand boards. Each body runs on every
+//! store that promises what it checks ([`Promises`]).
 
 mod support;
 
@@ -12,11 +14,14 @@ use ratelimit::limiter::{AlgorithmName, Decision, Limiter};
 use ratelimit::limiter::{Clock, SystemClock};
 use ratelimit::platform::workers::Workers;
 use ratelimit::resilience::{self, BreakerOptions, ResilienceOptions};
+use ratelimit::store::board::{BoardOp, BoardStep, BoardWork};
+use ratelimit::store::memcache::{MemcacheOptions, MemcacheStore};
 use ratelimit::store::redis::url::{Credentials, Target};
 use ratelimit::store::redis::{connect, RedisOptions, RedisStore, StartupRetry};
 use ratelimit::store::{
-    testing::RunItems, Item, Limit, MemoryStore, OriginalWindow, Policy, Store,
+    testing::RunItems, Item, Limit, MemoryStore, OriginalWindow, Policy, Store, StoreExt,
 };
+use support::memcached::Memcached;
 use support::redis::{RedisCluster, RedisSentinel, RedisServer};
 
 fn now() -> u64 {
@@ -591,7 +596,144 @@ async fn in_flight_slots_lose_no_update(store: Arc<dyn Store>, p: &str) {
     );
 }
 
-async fn all_bodies(store: Arc<dyn Store>, clustered: bool) {
+/// What a store promises, and so which bodies it is held to.
+#[derive(Debug, Clone, Copy)]
+struct Promises {
+    /// Every read-modify-write is atomic and answered after it is applied,
+    /// so every limit body holds (all but memcache, which reads, answers,
+    /// then increments, as the original does).
+    atomic: bool,
+    /// A whole work is one atomic step (memory, one Redis node): all or
+    /// nothing is exact, not only eventual.
+    one_step: bool,
+}
+
+/// Memory and a single Redis (or one behind sentinels).
+const ONE_STEP: Promises = Promises {
+    atomic: true,
+    one_step: true,
+};
+/// Redis Cluster: atomic per slot, a work over several slots reserves
+/// and refunds.
+const CLUSTERED: Promises = Promises {
+    atomic: true,
+    one_step: false,
+};
+/// Memcache: the original's read-then-increment.
+const READ_THEN_INCREMENT: Promises = Promises {
+    atomic: false,
+    one_step: false,
+};
+
+/// `instance`'s `steps` on the demand boards.
+fn boards(instance: &str, steps: Vec<BoardStep>) -> BoardWork {
+    BoardWork {
+        instance: instance.into(),
+        ttl: Duration::from_secs(30),
+        steps,
+    }
+}
+
+/// A step on board `key` of 10 requests a second.
+fn board_step(key: &str, op: BoardOp) -> BoardStep {
+    BoardStep {
+        key: key.to_string(),
+        node: None,
+        rate: 10.0,
+        op,
+    }
+}
+
+/// The calling instance's (line, assigned) on each board of a reply.
+async fn lines(store: &Arc<dyn Store>, work: &BoardWork) -> Vec<Vec<(u64, f64)>> {
+    store
+        .share(work, None)
+        .await
+        .into_iter()
+        .map(|r| r.expect("the board answered").lines)
+        .collect()
+}
+
+/// A board splits its rate over the live lines of every instance on it: a
+/// newcomer gets its share in the step that adds it, the others see theirs
+/// shrink at their next step, and a leaver's share goes back to them.
+async fn boards_split_each_rate_over_its_live_lines(store: Arc<dyn Store>, p: &str) {
+    let key = format!("{p}board");
+    let report = |line, demand| board_step(&key, BoardOp::Report { line, demand });
+    let sync = || board_step(&key, BoardOp::Sync);
+    assert_eq!(
+        lines(&store, &boards("i1", vec![report(1, 30.0)])).await,
+        vec![vec![(1, 10.0)]]
+    );
+    // A newcomer is counted as wanting the whole rate until it is split.
+    assert_eq!(
+        lines(&store, &boards("i2", vec![report(1, 10.0)])).await,
+        vec![vec![(1, 5.0)]]
+    );
+    assert_eq!(
+        lines(&store, &boards("i1", vec![sync()])).await,
+        vec![vec![(1, 5.0)]]
+    );
+    let left = lines(
+        &store,
+        &boards("i2", vec![board_step(&key, BoardOp::Leave { line: 1 })]),
+    )
+    .await;
+    assert_eq!(left, vec![vec![]], "its line is gone");
+    assert_eq!(
+        lines(&store, &boards("i1", vec![sync()])).await,
+        vec![vec![(1, 10.0)]]
+    );
+}
+
+/// Steps on many boards (on many nodes of a Cluster) come back in step
+/// order, each answering its own board.
+async fn board_steps_keep_their_order(store: Arc<dyn Store>, p: &str) {
+    let steps = (0..20u64)
+        .map(|i| {
+            board_step(
+                &format!("{p}order{i}"),
+                BoardOp::Report {
+                    line: i,
+                    demand: 1.0,
+                },
+            )
+        })
+        .collect();
+    let got = lines(&store, &boards("i1", steps)).await;
+    let want: Vec<Vec<(u64, f64)>> = (0..20u64).map(|i| vec![(i, 10.0)]).collect();
+    assert_eq!(got, want);
+}
+
+/// Counters count per key on a store that reads, answers, then
+/// increments: each answer is what was stored plus the request's hits,
+/// and the increments land shortly after.
+async fn counts_land_after_the_answer(store: Arc<dyn Store>, p: &str) {
+    let (a, b) = (format!("{p}a"), format!("{p}b"));
+    let batch = [inc(&a, 1, 10), inc(&b, 2, 10)];
+    assert_eq!(store.counts(&batch, Policy::Commit).await, Ok(vec![1, 2]));
+    let read = [inc(&a, 0, 10), inc(&b, 0, 10)];
+    let mut landed = Vec::new();
+    for _ in 0..50 {
+        landed = store.counts(&read, Policy::Commit).await.expect("read");
+        if landed == [1, 2] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(landed, vec![1, 2], "the increments landed");
+    assert_eq!(store.counts(&batch, Policy::Commit).await, Ok(vec![2, 4]));
+}
+
+/// Every body `store` promises to keep, the boards' included.
+async fn all_bodies(store: Arc<dyn Store>, promises: Promises) {
+    boards_split_each_rate_over_its_live_lines(Arc::clone(&store), "b1_").await;
+    board_steps_keep_their_order(Arc::clone(&store), "b2_").await;
+    many_keys_keep_their_order(Arc::clone(&store), "t3_").await;
+    if !promises.atomic {
+        counts_land_after_the_answer(Arc::clone(&store), "t13_").await;
+        return;
+    }
     give_backs_return_what_counts_now(Arc::clone(&store), "t11_").await;
     in_flight_slots_lose_no_update(Arc::clone(&store), "t12_").await;
     each_algorithm_admits_its_capacity(Arc::clone(&store), "t5_").await;
@@ -601,19 +743,18 @@ async fn all_bodies(store: Arc<dyn Store>, clustered: bool) {
     no_excess_under_concurrency(Arc::clone(&store), "t8_").await;
     let early = refused_requests_take_nothing(Arc::clone(&store), "t9_").await;
     println!("early refusals while refused pairs held a reservation: {early}");
-    if !clustered {
+    if promises.one_step {
         assert_eq!(early, 0, "one script: all or nothing is exact");
     }
     counts_per_key(Arc::clone(&store), "t1_").await;
     stop_increment_when_over_limit(Arc::clone(&store), "t2_").await;
-    many_keys_keep_their_order(Arc::clone(&store), "t3_").await;
     no_lost_updates(Arc::clone(&store), "t4_").await;
     concurrent_callers_get_their_own_counts(Arc::clone(&store), "t10_").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn memory() {
-    all_bodies(Arc::new(MemoryStore::new(Arc::new(SystemClock))), false).await;
+    all_bodies(Arc::new(MemoryStore::new(Arc::new(SystemClock))), ONE_STEP).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -626,7 +767,7 @@ async fn redis_single() {
         db: None,
     })
     .await;
-    all_bodies(store, false).await;
+    all_bodies(store, ONE_STEP).await;
     // TTL is set when the key is created, from the increment's ttl.
     let ttl: i64 = server.cli(&["ttl", "t1_a"]).trim().parse().expect("ttl");
     assert!((3590..=3600).contains(&ttl), "ttl {ttl}");
@@ -649,7 +790,7 @@ async fn redis_sentinel() {
         sentinels,
     })
     .await;
-    all_bodies(store, false).await;
+    all_bodies(store, ONE_STEP).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -657,7 +798,7 @@ async fn redis_cluster() {
     let c = RedisCluster::start();
     let seeds = c.seeds().iter().map(|a| host_port(a)).collect();
     let store = redis_store(Target::Cluster { seeds }).await;
-    all_bodies(store, true).await;
+    all_bodies(store, CLUSTERED).await;
 }
 
 /// The address of `server`.
@@ -691,7 +832,7 @@ async fn redis_single_on_a_worker() {
     let server = RedisServer::start();
     let (store, workers) = redis_store_on_workers(tcp_target(&server)).await;
     workers.handles()[1]
-        .spawn(all_bodies(store, false))
+        .spawn(all_bodies(store, ONE_STEP))
         .await
         .expect("the bodies pass on the worker");
 }
@@ -702,7 +843,7 @@ async fn redis_cluster_on_a_worker() {
     let seeds = c.seeds().iter().map(|a| host_port(a)).collect();
     let (store, workers) = redis_store_on_workers(Target::Cluster { seeds }).await;
     workers.handles()[0]
-        .spawn(all_bodies(store, true))
+        .spawn(all_bodies(store, CLUSTERED))
         .await
         .expect("the bodies pass on the worker");
 }
@@ -763,14 +904,31 @@ async fn redis_single_wrapped() {
         db: None,
     })
     .await;
-    all_bodies(store, false).await;
+    all_bodies(store, ONE_STEP).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_cluster_wrapped() {
     let c = RedisCluster::start();
     let seeds = c.seeds().iter().map(|a| host_port(a)).collect();
-    all_bodies(wrapped_redis_store(Target::Cluster { seeds }).await, true).await;
+    all_bodies(
+        wrapped_redis_store(Target::Cluster { seeds }).await,
+        CLUSTERED,
+    )
+    .await;
+}
+
+/// Memcache holds the original's counters and this instance's boards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memcache() {
+    let server = Memcached::start();
+    let store = MemcacheStore::new(&MemcacheOptions {
+        servers: vec![server.addr()],
+        max_idle: 4,
+        tls: None,
+    })
+    .expect("memcache store");
+    all_bodies(Arc::new(store), READ_THEN_INCREMENT).await;
 }
 
 #[test]

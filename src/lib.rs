@@ -15,7 +15,8 @@
 //!   (no I/O), and the injected [`limiter::Clock`].
 //! - [`store`]: where the state of the limits lives — [`store::MemoryStore`],
 //!   [`store::RedisStore`] (single, sentinel, cluster), memcache — behind one
-//!   operation, [`store::Store::execute`], over one shape of work.
+//!   operation, [`store::Store::call`], over one shape of work, a
+//!   [`store::Job`].
 //! - [`resilience`]: the layers over a store, each with its bound: deadline,
 //!   breaker, leases, fallback.
 //! - [`engine`]: the one call — a request's descriptors to one store work,

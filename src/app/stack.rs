@@ -19,7 +19,7 @@ use crate::store::{InProcess, MemoryStore, Placement, Store};
 
 /// The store the engine calls, with what keeps its background tasks alive.
 pub(super) struct BuiltStore {
-    /// The whole stack; RLQS's boards are its [`Store::share`].
+    /// The whole stack; RLQS's boards are its [`Job::Boards`](crate::store::Job::Boards).
     pub(super) store: Arc<dyn Store>,
     /// The lease layer whose table `/hotkeys` shows and whose leases go
     /// back at shutdown (none on the memory store, whose state is already

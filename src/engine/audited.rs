@@ -10,7 +10,7 @@ use super::plan::{Plan, PlanOptions};
 use crate::audit::{verdict, Audit, LimitFacts, Row};
 use crate::config::{ConfiguredLimit, RateLimitRule};
 use crate::limiter::{Limiter, SlidingLog};
-use crate::store::{Item, Limit, ReferenceStep, Reply, Work};
+use crate::store::{Item, Limit, ReferenceStep, Reply, RuleOptions, Work};
 
 /// One audited limit of a request's store work.
 pub(super) struct Audited {
@@ -129,8 +129,11 @@ pub(super) fn add_references(
             };
             let reference = Item {
                 binding: false,
-                owner: Some(rule.id.clone()),
                 node,
+                rule: RuleOptions {
+                    id: Some(rule.id.clone()),
+                    ..RuleOptions::default()
+                },
                 ..Item::new(key, limit, d.hits)
             };
             work.items.push(match give_back {

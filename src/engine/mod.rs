@@ -31,7 +31,7 @@ use crate::config::{FailureMode, FailurePolicy, Lookup, MatchedLimit};
 use crate::hotkeys::TopKeys;
 use crate::limiter::Clock;
 use crate::metrics::Stats;
-use crate::store::{Answer, InProcess, OnFailure, Placement, Reply, Store, StoreError};
+use crate::store::{Answer, InProcess, OnFailure, Placement, Reply, Store, StoreError, StoreExt};
 
 pub use aggregate::Disposition;
 pub use headers::{HeaderFormat, HeaderNames};

@@ -23,7 +23,7 @@ use crate::limiter::fixed_window::Window;
 use crate::limiter::Calendar;
 use crate::metrics::RuleStats;
 use crate::store::key::DescriptorKey;
-use crate::store::{Item, Limit, OriginalWindow, Placement, Policy, Work};
+use crate::store::{Item, Limit, OriginalWindow, Placement, Policy, RuleOptions, Work};
 
 use super::types::RateLimitRequest;
 use super::FailureDefaults;
@@ -191,15 +191,18 @@ impl Plan {
             };
             let window = original.window;
             let item = |limit, binding| options.item(key.clone(), limit, hits, binding);
-            let on_failure = options
-                .failure
-                .on_failure(&limit.rule.failure, original.limit);
-            let replicated = limit.rule.failure.replicated();
+            let rule = RuleOptions {
+                id: Some(limit.rule.id.clone()),
+                on_failure: options
+                    .failure
+                    .on_failure(&limit.rule.failure, original.limit),
+                lease: false,
+                replicated: limit.rule.failure.replicated(),
+            };
             if options.all_or_nothing {
                 let binding = options.decided_binds(index, limit.rule.shadow_mode);
                 items.push(Item {
-                    on_failure,
-                    replicated,
+                    rule,
                     ..item(Limit::Window(original), binding)
                 });
                 Shape::Decided {
@@ -211,8 +214,7 @@ impl Plan {
                 if !cached {
                     let binding = options.counter_binds(index, limit.rule.shadow_mode);
                     items.push(Item {
-                        on_failure,
-                        replicated,
+                        rule,
                         ..item(Limit::Counter(original), binding)
                     });
                 }
@@ -228,18 +230,25 @@ impl Plan {
             // use the same sub-bucket, on one slot.
             let pick = rand::random::<u32>();
             for l in &limit.rule.limits {
-                let on_failure = options
-                    .failure
-                    .on_failure(&l.failure, u64::from(l.requests_per_unit));
-                let replicated = l.failure.replicated();
+                let rule = RuleOptions {
+                    id: Some(limit.rule.id.clone()),
+                    on_failure: options
+                        .failure
+                        .on_failure(&l.failure, u64::from(l.requests_per_unit)),
+                    lease: l.hot.lease,
+                    replicated: l.failure.replicated(),
+                };
                 if let Some(calendar) = &l.calendar {
                     // A calendar's fixed window: decided before it is
                     // counted, as the original's window is under
                     // ALL_OR_NOTHING.
                     let (key, original) = period_counter(calendar, u64::from(l.requests_per_unit));
+                    // A calendar's window is never leased.
                     items.push(Item {
-                        on_failure,
-                        replicated,
+                        rule: RuleOptions {
+                            lease: false,
+                            ..rule
+                        },
                         ..options.item(key, Limit::Window(original), hits, binding)
                     });
                     continue;
@@ -257,16 +266,13 @@ impl Plan {
                     ),
                 };
                 items.push(Item {
-                    on_failure,
-                    replicated,
-                    lease: l.hot.lease,
+                    rule,
                     ..options.item(key, Limit::Algorithm(limiter), hits, binding)
                 });
             }
             Shape::Decided { window: None }
         };
         for item in &mut self.work.items[first..] {
-            item.owner = Some(limit.rule.id.clone());
             if give_back {
                 item.give_back = true;
                 item.binding = false;

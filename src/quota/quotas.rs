@@ -31,12 +31,11 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
-use super::session::Session;
 use crate::config::{FailureMode, LiveConfig};
 use crate::limiter::Clock;
 use crate::metrics::Stats;
 use crate::store::board::{BoardOp, BoardReply, BoardStep, BoardWork};
-use crate::store::{NodeId, Placement, Store};
+use crate::store::{NodeId, Placement, Store, StoreExt};
 
 /// The settings of RLQS.
 #[derive(Debug, Clone, PartialEq)]
@@ -85,7 +84,7 @@ pub struct Push {
 
 /// How many pushes a stream may have waiting; past that a push is
 /// dropped, and the next sync sends the line's assignment again.
-const PUSHES_WAITING: usize = 64;
+pub(super) const PUSHES_WAITING: usize = 64;
 
 /// What [`Quotas`] is made of.
 #[derive(Debug, Clone)]
@@ -94,7 +93,7 @@ pub struct QuotaParts {
     pub config: LiveConfig,
     /// The statistics.
     pub stats: Arc<Stats>,
-    /// The store stack (boards are [`Store::share`]).
+    /// The store stack (boards are [`Job::Boards`](crate::store::Job::Boards)).
     pub store: Arc<dyn Store>,
     /// Where the store keeps a key.
     pub placement: Arc<dyn Placement>,
@@ -148,13 +147,6 @@ impl Quotas {
             next_line: AtomicU64::new(1),
             boards: Mutex::new(HashMap::new()),
         }))
-    }
-
-    /// A new stream's buckets, and where the moved assignments of its
-    /// lines arrive.
-    pub fn open(&self) -> (Session, mpsc::Receiver<Push>) {
-        let (tx, rx) = mpsc::channel(PUSHES_WAITING);
-        (Session::new(self.clone(), tx), rx)
     }
 
     pub(super) fn options(&self) -> &QuotaOptions {

@@ -8,10 +8,10 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::bucket::{EnvoyBucket, Quota};
-use super::quotas::{Push, Quotas};
+use super::quotas::{Push, Quotas, PUSHES_WAITING};
 use crate::config::{FailureMode, Lookup};
 use crate::metrics;
-use crate::store::board::{BoardOp, BoardStep, Shares};
+use crate::store::board::{Assignments, BoardOp, BoardStep};
 use crate::store::key::board_key;
 use crate::store::{NodeId, StoreError};
 
@@ -129,8 +129,18 @@ pub struct Session {
     by_line: HashMap<u64, BucketId>,
 }
 
+impl Quotas {
+    /// A new stream's buckets, and where the moved assignments of its
+    /// lines arrive. (Here, beside the session it opens: the quotas know
+    /// nothing of sessions, only of the streams they push to.)
+    pub fn open(&self) -> (Session, mpsc::Receiver<Push>) {
+        let (tx, rx) = mpsc::channel(PUSHES_WAITING);
+        (Session::new(self.clone(), tx), rx)
+    }
+}
+
 impl Session {
-    pub(super) fn new(quotas: Quotas, pushes: mpsc::Sender<Push>) -> Session {
+    fn new(quotas: Quotas, pushes: mpsc::Sender<Push>) -> Session {
         Session {
             quotas,
             pushes,
@@ -419,7 +429,7 @@ fn strategy_for(state: &BucketState, assigned: f64) -> Strategy {
 /// share as a bucket, or, if the board did not answer, [`unanswered`].
 fn answered(
     state: &mut BucketState,
-    answer: Option<&Result<Shares, StoreError>>,
+    answer: Option<&Result<Assignments, StoreError>>,
     now: Duration,
     ttl: Duration,
 ) -> Option<Action> {

@@ -28,7 +28,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::store::board::{BoardReply, BoardWork};
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -36,7 +35,7 @@ use tokio::time::Instant;
 use super::circuit::{Admit, Change, Circuit};
 #[cfg(doc)]
 use crate::store::Item;
-use crate::store::{NodeId, Reply, Store, StoreError, StoreErrorKind, Work};
+use crate::store::{Done, Job, NodeId, Store, StoreError, StoreErrorKind};
 
 /// When a node's circuit opens, and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,12 +161,7 @@ impl<S: Store> Breaker<S> {
         out
     }
 
-    fn record<T>(
-        &self,
-        admitted: &[(NodeId, Admit)],
-        nodes: &[Option<NodeId>],
-        answers: &[Result<T, StoreError>],
-    ) {
+    fn record(&self, admitted: &[(NodeId, Admit)], nodes: &[Option<NodeId>], done: &Done) {
         let now = self.circuits.now();
         for (node, admit) in admitted {
             let probe = match admit {
@@ -176,17 +170,15 @@ impl<S: Store> Breaker<S> {
                 Admit::Refuse { .. } => continue,
             };
             let mine = || {
-                nodes
-                    .iter()
-                    .zip(answers)
-                    .filter(move |(n, _)| n.as_ref() == Some(node))
-                    .map(|(_, a)| a)
+                (0..nodes.len())
+                    .filter(move |&i| nodes[i].as_ref() == Some(node))
+                    .map(|i| done.error(i))
             };
             // Nothing of it was sent: the caller's deadline had passed.
-            if mine().all(|a| a.as_ref().is_err_and(|e| e.kind == StoreErrorKind::Expired)) {
+            if mine().all(|e| e.is_some_and(|e| e.kind == StoreErrorKind::Expired)) {
                 continue;
             }
-            let failed = mine().any(|a| a.as_ref().is_err_and(node_failed));
+            let failed = mine().any(|e| e.is_some_and(node_failed));
             self.circuits
                 .settle(node, |c| c.record(!failed, probe, now));
         }
@@ -259,27 +251,6 @@ fn refusals(admitted: &[(NodeId, Admit)], nodes: &[Option<NodeId>]) -> Vec<Optio
         .collect()
 }
 
-/// The refusals in their places, and what was sent answered in order in
-/// the others.
-fn merged<T>(
-    refused: Vec<Option<StoreError>>,
-    answered: Vec<Result<T, StoreError>>,
-) -> Vec<Result<T, StoreError>> {
-    let mut answered = answered.into_iter();
-    refused
-        .into_iter()
-        .map(|r| match r {
-            Some(e) => Err(e),
-            None => answered.next().unwrap_or_else(|| {
-                Err(StoreError::new(
-                    StoreErrorKind::Rejected,
-                    "a store answered fewer items than it was sent",
-                ))
-            }),
-        })
-        .collect()
-}
-
 impl<S: Store> Breaker<S> {
     /// The call about to go to `admitted`, counted if abandoned.
     fn in_flight(&self, admitted: Vec<(NodeId, Admit)>, deadline: Option<Instant>) -> InFlight {
@@ -301,59 +272,29 @@ impl<S: Store> Breaker<S> {
 
 #[async_trait]
 impl<S: Store> Store for Breaker<S> {
-    async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
-        let nodes: Vec<Option<NodeId>> = work.items.iter().map(|i| i.node.clone()).collect();
+    /// Every kind of job alike: an entry goes to its node's circuit, is
+    /// refused at once while it is open, and counts as the node's success
+    /// or failure.
+    async fn call(&self, job: Job<'_>, deadline: Option<Instant>) -> Done {
+        let nodes = job.nodes();
         let admitted = self.admit(&nodes);
         let refused = refusals(&admitted, &nodes);
         let mut call = self.in_flight(admitted, deadline);
-        let reply = if refused.iter().all(Option::is_none) {
-            self.inner.execute(work, deadline).await
+        let done = if refused.iter().all(Option::is_none) {
+            self.inner.call(job, deadline).await
         } else {
-            let sent: Vec<usize> = (0..work.len()).filter(|&i| refused[i].is_none()).collect();
-            // What was sent is committed as the store decided it; the
-            // refused items are failures, answered by their policies.
-            let sub = if sent.is_empty() {
-                Reply {
-                    answers: Vec::new(),
-                    committed: true,
-                }
+            let sent: Vec<usize> = (0..nodes.len()).filter(|&i| refused[i].is_none()).collect();
+            let answered = if sent.is_empty() {
+                job.none_sent()
             } else {
-                self.inner.execute(&work.select(&sent), deadline).await
+                self.inner.call(job.select(&sent).job(), deadline).await
             };
-            Reply {
-                answers: merged(refused, sub.answers),
-                committed: sub.committed,
-            }
+            answered.merged(refused)
         };
         // Answered: recorded now, not at its deadline.
         call.expires = None;
-        self.record(&call.admitted, &nodes, &reply.answers);
-        reply
-    }
-
-    /// A board step goes to its node's circuit as an item does: refused at
-    /// once while it is open, and counted as the node's success or failure.
-    async fn share(&self, work: &BoardWork, deadline: Option<Instant>) -> BoardReply {
-        let nodes: Vec<Option<NodeId>> = work.steps.iter().map(|s| s.node.clone()).collect();
-        let admitted = self.admit(&nodes);
-        let refused = refusals(&admitted, &nodes);
-        let mut call = self.in_flight(admitted, deadline);
-        let sent: Vec<usize> = (0..nodes.len()).filter(|&i| refused[i].is_none()).collect();
-        let answered = if sent.is_empty() {
-            Vec::new()
-        } else if sent.len() == nodes.len() {
-            self.inner.share(work, deadline).await
-        } else {
-            let some = BoardWork {
-                steps: sent.iter().map(|&i| work.steps[i].clone()).collect(),
-                ..work.clone()
-            };
-            self.inner.share(&some, deadline).await
-        };
-        let answers = merged(refused, answered);
-        call.expires = None;
-        self.record(&call.admitted, &nodes, &answers);
-        answers
+        self.record(&call.admitted, &nodes, &done);
+        done
     }
 }
 
@@ -362,6 +303,7 @@ mod tests {
     use super::*;
     use crate::resilience::testing::{work_on, Behaviour, Scripted};
     use crate::resilience::Deadline;
+    use crate::store::{Reply, StoreExt};
 
     const MS: Duration = Duration::from_millis(1);
     const OPTIONS: BreakerOptions = BreakerOptions {

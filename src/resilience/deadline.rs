@@ -18,11 +18,10 @@
 
 use std::time::Duration;
 
-use crate::store::board::{BoardReply, BoardWork};
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::store::{Reply, Store, StoreError, StoreErrorKind, Work, DEADLINE_EXCEEDED};
+use crate::store::{Done, Job, Store, StoreError, StoreErrorKind, DEADLINE_EXCEEDED};
 
 /// The least time worth asking the store in: a call whose deadline leaves
 /// less is answered by its rules' policies without being sent.
@@ -85,30 +84,15 @@ impl<S: Store> Deadline<S> {
 
 #[async_trait]
 impl<S: Store> Store for Deadline<S> {
-    async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
-        let Some(at) = self.end(deadline) else {
-            return Reply::failed(
-                work.len(),
-                &StoreError::new(StoreErrorKind::Expired, DEADLINE_EXCEEDED),
-            );
-        };
-        // The inner call is polled first, so when the store's per-node
-        // timeouts and this one fire together, its per-item answers win.
-        match tokio::time::timeout_at(at, self.inner.execute(work, Some(at))).await {
-            Ok(reply) => reply,
-            Err(_) => Reply::failed(
-                work.len(),
-                &StoreError::new(StoreErrorKind::Timeout, DEADLINE_EXCEEDED),
-            ),
-        }
-    }
-
-    async fn share(&self, work: &BoardWork, deadline: Option<Instant>) -> BoardReply {
-        let failed = |kind| vec![Err(StoreError::new(kind, DEADLINE_EXCEEDED)); work.steps.len()];
+    /// Every kind of job alike.
+    async fn call(&self, job: Job<'_>, deadline: Option<Instant>) -> Done {
+        let failed = |kind| job.failed(&StoreError::new(kind, DEADLINE_EXCEEDED));
         let Some(at) = self.end(deadline) else {
             return failed(StoreErrorKind::Expired);
         };
-        tokio::time::timeout_at(at, self.inner.share(work, Some(at)))
+        // The inner call is polled first, so when the store's per-node
+        // timeouts and this one fire together, its per-entry answers win.
+        tokio::time::timeout_at(at, self.inner.call(job, Some(at)))
             .await
             .unwrap_or_else(|_| failed(StoreErrorKind::Timeout))
     }
@@ -118,6 +102,7 @@ impl<S: Store> Store for Deadline<S> {
 mod tests {
     use super::*;
     use crate::resilience::testing::{work_on, Behaviour, Scripted};
+    use crate::store::StoreExt;
 
     const MS: Duration = Duration::from_millis(1);
 

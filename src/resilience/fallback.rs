@@ -25,7 +25,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::store::board::{BoardReply, BoardWork};
 use async_trait::async_trait;
 use tokio::time::Instant;
 
@@ -33,8 +32,8 @@ use crate::limiter::{Clock, Decision};
 use crate::metrics;
 use crate::store::memory::SweeperGuard;
 use crate::store::{
-    Answer, Item, Limit, MemoryStore, OnFailure, Policy, PolicyAnswer, Reply, Store, StoreError,
-    StoreErrorKind, Work,
+    Answer, Done, Item, Job, Limit, MemoryStore, OnFailure, Policy, PolicyAnswer, Reply, Store,
+    StoreError, StoreErrorKind, StoreExt, Work,
 };
 
 /// The shortest retry a fail-closed denial names.
@@ -120,12 +119,20 @@ fn count_failures(reply: &Reply) {
 
 #[async_trait]
 impl<S: Store> Store for Fallback<S> {
-    /// Passed through: RLQS answers a failed board step itself.
-    async fn share(&self, work: &BoardWork, deadline: Option<Instant>) -> BoardReply {
-        self.inner.share(work, deadline).await
+    /// A request's limits; every other kind of job is passed through (RLQS
+    /// answers a failed board step itself).
+    async fn call(&self, job: Job<'_>, deadline: Option<Instant>) -> Done {
+        match job {
+            Job::Limits(work) => Done::Limits(self.limits(work, deadline).await),
+            other => self.inner.call(other, deadline).await,
+        }
     }
+}
 
-    async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
+impl<S: Store> Fallback<S> {
+    /// `work` on the inner store, its unanswered items answered by their
+    /// policies.
+    async fn limits(&self, work: &Work, deadline: Option<Instant>) -> Reply {
         let mut reply = self.inner.execute(work, deadline).await;
         let refund = matches!(work.policy, Policy::Refund { .. });
         // A refund that failed is the caller's to report, not a decision.
@@ -141,7 +148,7 @@ impl<S: Store> Store for Fallback<S> {
             // that answered with an error the rule cannot read as a count
             // (which the breaker does not count against the node).
             let Err(e) = answer else { continue };
-            match work.items[i].on_failure {
+            match work.items[i].rule.on_failure {
                 OnFailure::Error => {}
                 OnFailure::Closed if work.items[i].give_back => {}
                 OnFailure::Closed => {
@@ -198,7 +205,7 @@ mod tests {
     /// [`work_on`] one node, its item failing by `on_failure`.
     fn work(on_failure: OnFailure) -> Work {
         let mut work = work_on("n", 10);
-        work.items[0].on_failure = on_failure;
+        work.items[0].rule.on_failure = on_failure;
         work
     }
 

@@ -1,5 +1,5 @@
 //! The layers between the engine and a store: each a [`Store`] wrapping a
-//! [`Store`] through the one seam ([`Store::execute`]), as tower's layers
+//! [`Store`] through the one seam ([`Store::call`]), as tower's layers
 //! wrap a service, each with its bound in its own doc. A request's work
 //! goes down them once.
 //!
@@ -19,7 +19,12 @@
 //! The memory store has nothing to time out or break: it gets the
 //! fallback alone ([`Layers::InProcess`]).
 //!
-//! [`Store::execute`]: crate::store::Store::execute
+//! Each layer writes its rule once for every kind of [`Job`]: the deadline
+//! and the breaker over any job, the fallback and the leases over a
+//! request's limits, passing every other kind through.
+//!
+//! [`Store::call`]: crate::store::Store::call
+//! [`Job`]: crate::store::Job
 
 pub mod breaker;
 pub mod circuit;

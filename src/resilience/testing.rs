@@ -6,14 +6,13 @@
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
-use crate::store::board::{BoardReply, BoardWork};
 use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::limiter::fixed_window::Window;
 use crate::limiter::ManualClock;
 use crate::store::{
-    Item, Limit, MemoryStore, NodeId, OriginalWindow, Reply, Store, StoreError, StoreErrorKind,
+    Done, Item, Job, Limit, MemoryStore, NodeId, OriginalWindow, Store, StoreError, StoreErrorKind,
     Work,
 };
 
@@ -68,34 +67,18 @@ impl Scripted {
 
 #[async_trait]
 impl Store for Scripted {
-    async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
+    /// Every kind of job alike.
+    async fn call(&self, job: Job<'_>, deadline: Option<Instant>) -> Done {
         self.calls.fetch_add(1, Ordering::SeqCst);
         // A round trip: other callers run meanwhile.
         tokio::task::yield_now().await;
         match self.behaviour.load(Ordering::SeqCst) {
-            0 => self.memory.execute(work, deadline).await,
-            1 => Reply::failed(
-                work.len(),
-                &StoreError::new(StoreErrorKind::Unavailable, "connection refused"),
-            ),
-            3 => Reply::failed(
-                work.len(),
-                &StoreError::new(StoreErrorKind::Rejected, "ERR the script failed"),
-            ),
-            _ => std::future::pending().await,
-        }
-    }
-
-    async fn share(&self, work: &BoardWork, deadline: Option<Instant>) -> BoardReply {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        let failed = |e: StoreError| vec![Err(e); work.steps.len()];
-        match self.behaviour.load(Ordering::SeqCst) {
-            0 => self.memory.share(work, deadline).await,
-            1 => failed(StoreError::new(
+            0 => self.memory.call(job, deadline).await,
+            1 => job.failed(&StoreError::new(
                 StoreErrorKind::Unavailable,
                 "connection refused",
             )),
-            3 => failed(StoreError::new(
+            3 => job.failed(&StoreError::new(
                 StoreErrorKind::Rejected,
                 "ERR the script failed",
             )),

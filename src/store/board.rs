@@ -1,7 +1,7 @@
 //! The demand boards RLQS splits each limit on: per quota (one rule's
 //! limit for one set of descriptor values), a line per Envoy bucket that
 //! enforces it, with its reported demand, its assignment and its expiry.
-//! Every store keeps boards ([`crate::store::Store::share`]): Redis one
+//! Every store keeps boards ([`crate::store::Job::Boards`]): Redis one
 //! hash per quota (`store::redis`'s `board.lua`), shared by every instance
 //! on it; the memory store and memcache this instance's own
 //! ([`MemoryBoards`]).
@@ -81,12 +81,12 @@ pub struct BoardWork {
 /// What a step answers: the calling instance's lines on the board after
 /// it, with their assignments (requests per second).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Shares {
+pub struct Assignments {
     /// (line, assigned).
     pub lines: Vec<(u64, f64)>,
 }
 
-impl Shares {
+impl Assignments {
     /// Line `line`'s assignment, if it is on the board.
     pub fn of(&self, line: u64) -> Option<f64> {
         self.lines.iter().find(|(l, _)| *l == line).map(|(_, a)| *a)
@@ -94,7 +94,7 @@ impl Shares {
 }
 
 /// One answer per step, in order.
-pub type BoardReply = Vec<Result<Shares, StoreError>>;
+pub type BoardReply = Vec<Result<Assignments, StoreError>>;
 
 /// One line of a board.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -120,7 +120,7 @@ pub fn apply(
     ttl: Duration,
     step: &BoardStep,
     now_ms: u64,
-) -> Shares {
+) -> Assignments {
     lines.retain(|_, l| l.expires_at_ms > now_ms);
     match step.op {
         BoardOp::Report { line, demand } => {
@@ -160,7 +160,7 @@ pub fn apply(
         }
     }
     mine.sort_by_key(|(l, _)| *l);
-    Shares { lines: mine }
+    Assignments { lines: mine }
 }
 
 /// Boards of one instance (the memory store's, or memcache's): each
@@ -286,7 +286,7 @@ mod tests {
         let reply = boards.share(&work);
         assert_eq!(
             reply[1],
-            Ok(Shares {
+            Ok(Assignments {
                 lines: vec![(1, 5.0), (2, 5.0)]
             })
         );

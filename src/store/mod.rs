@@ -1,12 +1,15 @@
 //! Stores: where the state of the limits lives.
 //!
 //! Every store, and every layer that wraps one, implements one operation,
-//! [`Store::execute`]: a request's store work as one [`Work`] of [`Item`]s
-//! under one [`Policy`], and one answer per item, in one trip. An item is a
+//! [`Store::call`], over one shape of work, a [`Job`] ([`job`]): a request's
+//! limits ([`Job::Limits`]: one [`Work`] of [`Item`]s under one [`Policy`])
+//! or steps on the RLQS demand boards ([`Job::Boards`]), and one answer
+//! per entry, in one trip ([`StoreExt`] has a typed shorthand for each).
+//! An item is a
 //! key, a [`Limit`] (the original's counter, the original's window decided
 //! all or nothing, an opt-in algorithm, or an audit reference), a cost,
-//! whether it binds, its failure policy, whether it may be leased and the
-//! node that serves it. One failed node fails only the items it serves.
+//! whether it binds, the node that serves it, and what its rule asks of the
+//! layers ([`RuleOptions`]: its failure policy, whether it may be leased). One failed node fails only the items it serves.
 //! The decision itself is pure arithmetic in [`crate::limiter`]; a store's
 //! job is to make the read-modify-write atomic. Resilience (deadline,
 //! breaker, leases, fallback, in [`crate::resilience`]) wraps a `Store`
@@ -17,10 +20,12 @@
 //! - [`memcache`]: the original's fixed windows in memcached;
 //! - [`key`]: the byte-exact cache-key format shared with the original;
 //! - [`board`]: the demand boards RLQS splits each limit on
-//!   ([`Store::share`]: this instance's own in memory and memcache, a
-//!   fleet's on Redis).
+//!   ([`Job::Boards`]: this instance's own in memory and memcache, a
+//!   fleet's on Redis);
+//! - [`job`]: what every kind of job is to the layers.
 
 pub mod board;
+pub mod job;
 pub mod key;
 pub mod memcache;
 pub mod memory;
@@ -34,6 +39,7 @@ use async_trait::async_trait;
 use crate::limiter::{Decision, Limiter};
 
 pub use crate::limiter::fixed_window::OriginalWindow;
+pub use job::{Done, Entries, Job, OwnedJob};
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
 
@@ -115,24 +121,34 @@ pub struct Item {
     /// being taken (false for shadow-mode limits and quotas, which only
     /// report, and for references).
     pub binding: bool,
-    /// What to answer when the store cannot.
+    /// The node that serves the key, named once by whoever built the work
+    /// (from the store's [`Placement`]); `None`: nothing to fail, or not
+    /// known. The breaker keeps its circuits by it.
+    pub node: Option<NodeId>,
+    /// What the item's rule asks of the layers and stores.
+    pub rule: RuleOptions,
+}
+
+/// What the rule an [`Item`] belongs to asks of the layers and stores
+/// below the engine. Each option is read by the one layer or store it
+/// names and ignored by every other: a feature that needs a rule's option
+/// below the engine adds it here, never a field on [`Item`].
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RuleOptions {
+    /// The rule, if known: the memory store shares its key cap between
+    /// rules by it (`None`: a share of its own, "unowned").
+    pub id: Option<crate::config::tree::RuleId>,
+    /// What [`crate::resilience::Fallback`] answers when the store cannot.
     pub on_failure: OnFailure,
     /// The rule allows token leasing (`lease: true`): the
     /// [`crate::resilience::Leases`] layer may answer it from a batch taken
-    /// earlier. Stores ignore it.
+    /// earlier.
     pub lease: bool,
     /// The rule asks for `durability: replicated`: a Redis store answers
     /// the item only once a replica acknowledged its count, and fails it
     /// (for its `on_failure` to answer) when none did within the deadline.
     /// A store with no replicas to ask (memory, memcache) ignores it.
     pub replicated: bool,
-    /// The rule the key belongs to, if known: the memory store shares its
-    /// key cap between rules by it (`None`: a share of its own, "unowned").
-    pub owner: Option<crate::config::tree::RuleId>,
-    /// The node that serves the key, named once by whoever built the work
-    /// (from the store's [`Placement`]); `None`: nothing to fail, or not
-    /// known. The breaker keeps its circuits by it.
-    pub node: Option<NodeId>,
 }
 
 impl Item {
@@ -145,11 +161,8 @@ impl Item {
             cost,
             give_back: false,
             binding: true,
-            on_failure: OnFailure::Error,
-            lease: false,
-            replicated: false,
-            owner: None,
             node: None,
+            rule: RuleOptions::default(),
         }
     }
 
@@ -414,36 +427,55 @@ pub enum StoreErrorKind {
     Rejected,
 }
 
-/// A limit store, or a layer around one.
+/// A limit store, or a layer around one: one operation, [`Store::call`],
+/// over every kind of [`Job`].
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug {
-    /// Runs `work` and answers each item, in one trip: every item is
-    /// decided at the store's time, counters take their cost, and iff the
-    /// policy commits and every binding item is admitted the items taken on
-    /// commit are taken: all or nothing. Each read-modify-write is atomic
-    /// (no lost updates under any concurrency), and items on one key see
-    /// each other in work order. Where the store cannot apply the work in
-    /// one atomic step (keys on several Redis Cluster slots) its doc says
-    /// how far it can be off.
+    /// Runs `job` and answers each of its entries, in one trip.
+    ///
+    /// For [`Job::Limits`]: every item is decided at the store's time,
+    /// counters take their cost, and iff the policy commits and every
+    /// binding item is admitted the items taken on commit are taken: all or
+    /// nothing. Each read-modify-write is atomic (no lost updates under any
+    /// concurrency), and items on one key see each other in work order.
+    /// Where the store cannot apply the work in one atomic step (keys on
+    /// several Redis Cluster slots) its doc says how far it can be off.
+    ///
+    /// For [`Job::Boards`]: each step is atomic on its board ([`board`]),
+    /// one call per node. No failure policy answers a step: RLQS keeps a
+    /// bucket's assignment when its board cannot answer.
     ///
     /// `deadline` is when the caller stops waiting: a store that talks to a
     /// server gives up on each node at that instant and fails that node's
-    /// items with [`StoreErrorKind::Timeout`] (set by
-    /// [`crate::resilience::Deadline`]).
-    async fn execute(&self, work: &Work, deadline: Option<tokio::time::Instant>) -> Reply;
+    /// entries with [`StoreErrorKind::Timeout`] (set by
+    /// [`crate::resilience::Deadline`]). A failed node fails only the
+    /// entries it serves.
+    async fn call(&self, job: Job<'_>, deadline: Option<tokio::time::Instant>) -> Done;
+}
 
-    /// Runs `work`'s steps on the RLQS demand boards ([`board`]): each
-    /// step atomic on its board, one call per node, within `deadline`;
-    /// one answer per step. A failed node fails only its own steps. The
-    /// layers bound it as they bound [`Store::execute`] (deadline,
-    /// breaker); no failure policy answers a step: RLQS keeps a bucket's
-    /// assignment when its board cannot answer.
+/// Typed shorthands over [`Store::call`], for every store and stack.
+#[async_trait]
+pub trait StoreExt: Store {
+    /// Runs a request's limits ([`Job::Limits`]).
+    async fn execute(&self, work: &Work, deadline: Option<tokio::time::Instant>) -> Reply {
+        self.call(Job::Limits(work), deadline)
+            .await
+            .into_reply(work)
+    }
+
+    /// Runs steps on the RLQS demand boards ([`Job::Boards`]).
     async fn share(
         &self,
         work: &board::BoardWork,
         deadline: Option<tokio::time::Instant>,
-    ) -> board::BoardReply;
+    ) -> board::BoardReply {
+        self.call(Job::Boards(work), deadline)
+            .await
+            .into_board_reply(work)
+    }
 }
+
+impl<S: Store + ?Sized> StoreExt for S {}
 
 /// Where a store keeps its keys: asked once per item by whoever builds the
 /// work, never by a layer in the middle of a call.
@@ -490,16 +522,8 @@ pub enum ReferenceStep {
 
 #[async_trait]
 impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
-    async fn execute(&self, work: &Work, deadline: Option<tokio::time::Instant>) -> Reply {
-        (**self).execute(work, deadline).await
-    }
-
-    async fn share(
-        &self,
-        work: &board::BoardWork,
-        deadline: Option<tokio::time::Instant>,
-    ) -> board::BoardReply {
-        (**self).share(work, deadline).await
+    async fn call(&self, job: Job<'_>, deadline: Option<tokio::time::Instant>) -> Done {
+        (**self).call(job, deadline).await
     }
 }
 

@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 
-use super::{Answer, Decided, Item, Policy, Store, StoreError, StoreErrorKind, Work};
+use super::{Answer, Decided, Item, Policy, Store, StoreError, StoreErrorKind, StoreExt, Work};
 
 /// What a store decided for each item of one work.
 #[derive(Debug, Clone, PartialEq, Eq)]

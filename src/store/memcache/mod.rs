@@ -28,18 +28,20 @@
 //! read-modify-write and are refused here (use Redis or the memory store).
 
 pub mod protocol;
+mod server;
 pub mod srv;
+
+use server::{Server, ServerFactory};
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
 use super::{
-    Answer, Decided, Item, Limit, NodeId, Placement, ReferenceStep, Reply, Store, StoreError,
-    StoreErrorKind, Work,
+    Answer, Decided, Done, Item, Job, Limit, NodeId, Placement, ReferenceStep, Reply, Store,
+    StoreError, StoreErrorKind,
 };
 use crate::platform::client_tls::ClientTls;
 use protocol::Reply as Said;
@@ -60,117 +62,6 @@ pub struct MemcacheOptions {
     pub tls: Option<ClientTls>,
 }
 
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
-
-/// One connection and what it has read past the last reply.
-struct Conn {
-    io: Box<dyn Io>,
-    buf: Vec<u8>,
-}
-
-impl Conn {
-    async fn command(&mut self, bytes: &[u8], multi: bool) -> Result<Said, StoreError> {
-        self.io.write_all(bytes).await.map_err(io_error)?;
-        loop {
-            match protocol::parse(&self.buf, multi) {
-                Ok((reply, used)) => {
-                    self.buf.drain(..used);
-                    return Ok(reply);
-                }
-                Err(protocol::ParseError::Incomplete) => {}
-                Err(e) => return Err(StoreError::new(StoreErrorKind::Rejected, e.to_string())),
-            }
-            let mut chunk = [0u8; 4096];
-            let n = self.io.read(&mut chunk).await.map_err(io_error)?;
-            if n == 0 {
-                return Err(StoreError::new(
-                    StoreErrorKind::Unavailable,
-                    "memcache closed the connection",
-                ));
-            }
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-}
-
-fn io_error(e: std::io::Error) -> StoreError {
-    StoreError::new(StoreErrorKind::Unavailable, format!("memcache: {e}"))
-}
-
-/// One server and its idle connections.
-struct Server {
-    addr: String,
-    node: NodeId,
-    idle: parking_lot::Mutex<Vec<Conn>>,
-    max_idle: usize,
-    tls: Option<(
-        tokio_rustls::TlsConnector,
-        rustls::pki_types::ServerName<'static>,
-    )>,
-}
-
-impl std::fmt::Debug for Server {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Server").field("addr", &self.addr).finish()
-    }
-}
-
-impl Server {
-    async fn dial(&self) -> Result<Conn, StoreError> {
-        let tcp = tokio::net::TcpStream::connect(&self.addr)
-            .await
-            .map_err(io_error)?;
-        let _ = tcp.set_nodelay(true);
-        let io: Box<dyn Io> = match &self.tls {
-            Some((connector, name)) => Box::new(
-                connector
-                    .connect(name.clone(), tcp)
-                    .await
-                    .map_err(io_error)?,
-            ),
-            None => Box::new(tcp),
-        };
-        Ok(Conn {
-            io,
-            buf: Vec::new(),
-        })
-    }
-
-    /// Runs `bytes` on a pooled connection, within [`IO_TIMEOUT`] and
-    /// `deadline`.
-    async fn command(
-        &self,
-        bytes: &[u8],
-        multi: bool,
-        deadline: Option<Instant>,
-    ) -> Result<Said, StoreError> {
-        let limit = Instant::now() + IO_TIMEOUT;
-        let until = deadline.map_or(limit, |d| d.min(limit));
-        let work = async {
-            let pooled = self.idle.lock().pop();
-            let mut conn = match pooled {
-                Some(c) => c,
-                None => self.dial().await?,
-            };
-            let reply = conn.command(bytes, multi).await?;
-            let mut idle = self.idle.lock();
-            if idle.len() < self.max_idle {
-                idle.push(conn);
-            }
-            Ok(reply)
-        };
-        tokio::time::timeout_at(until, work)
-            .await
-            .unwrap_or_else(|_| {
-                Err(StoreError::new(
-                    StoreErrorKind::Timeout,
-                    super::DEADLINE_EXCEEDED,
-                ))
-            })
-    }
-}
-
 /// The memcache store.
 #[derive(Debug, Clone)]
 pub struct MemcacheStore {
@@ -181,47 +72,6 @@ pub struct MemcacheStore {
     /// RLQS's demand boards: memcached has no atomic step to share them,
     /// so each instance splits alone.
     boards: Arc<crate::store::board::MemoryBoards>,
-}
-
-/// What a new [`Server`] needs.
-struct ServerFactory {
-    tls: Option<tokio_rustls::TlsConnector>,
-    max_idle: usize,
-}
-
-impl std::fmt::Debug for ServerFactory {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerFactory")
-            .field("tls", &self.tls.is_some())
-            .field("max_idle", &self.max_idle)
-            .finish()
-    }
-}
-
-impl ServerFactory {
-    fn server(&self, addr: &str) -> Result<Server, StoreError> {
-        let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-        let tls = match &self.tls {
-            Some(c) => {
-                let name =
-                    rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| {
-                        StoreError::new(
-                            StoreErrorKind::Rejected,
-                            format!("memcache TLS server name {host}: {e}"),
-                        )
-                    })?;
-                Some((c.clone(), name))
-            }
-            None => None,
-        };
-        Ok(Server {
-            addr: addr.to_string(),
-            node: NodeId::new(addr),
-            idle: parking_lot::Mutex::new(Vec::new()),
-            max_idle: self.max_idle,
-            tls,
-        })
-    }
 }
 
 impl MemcacheStore {
@@ -514,7 +364,12 @@ fn count_of(key: &str, value: &[u8]) -> u64 {
 
 #[async_trait]
 impl Store for MemcacheStore {
-    async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
+    /// The limits in memcached; the boards this instance's own.
+    async fn call(&self, job: Job<'_>, deadline: Option<Instant>) -> Done {
+        let work = match job {
+            Job::Limits(work) => work,
+            Job::Boards(work) => return Done::Boards(self.boards.share(work)),
+        };
         if crate::platform::telemetry::enabled() {
             use tracing::Instrument;
             let span = tracing::info_span!(
@@ -522,17 +377,9 @@ impl Store for MemcacheStore {
                 "Memcached Fetch Execution",
                 "keysToGet length" = work.len(),
             );
-            return self.count(&work.items, deadline).instrument(span).await;
+            return Done::Limits(self.count(&work.items, deadline).instrument(span).await);
         }
-        self.count(&work.items, deadline).await
-    }
-
-    async fn share(
-        &self,
-        work: &crate::store::board::BoardWork,
-        _deadline: Option<Instant>,
-    ) -> crate::store::board::BoardReply {
-        self.boards.share(work)
+        Done::Limits(self.count(&work.items, deadline).await)
     }
 }
 
@@ -559,63 +406,4 @@ impl Placement for MemcacheStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn values_read_as_the_original_reads_them() {
-        assert_eq!(count_of("k", b"12"), 12);
-        assert_eq!(count_of("k", b"-3"), 0);
-        assert_eq!(count_of("k", b"x"), 0);
-        assert_eq!(count_of("k", b"99999999999"), 0, "not a 32-bit value");
-    }
-
-    #[test]
-    fn keys_spread_by_crc32_as_the_original_client() {
-        let store = MemcacheStore::new(&MemcacheOptions {
-            servers: vec![
-                "127.0.0.1:1".into(),
-                "127.0.0.1:2".into(),
-                "127.0.0.1:3".into(),
-            ],
-            max_idle: 2,
-            tls: None,
-        })
-        .expect("store");
-        // Go: crc32.ChecksumIEEE([]byte("domain_key_value_1700000000")) % 3.
-        let key = "domain_key_value_1700000000";
-        assert_eq!(
-            MemcacheStore::server_of(&store.servers.load(), key),
-            (crc32fast::hash(key.as_bytes()) % 3) as usize
-        );
-        assert_eq!(
-            crc32fast::hash(b"123456789"),
-            0xCBF4_3926,
-            "the IEEE polynomial"
-        );
-    }
-
-    #[test]
-    fn a_new_server_list_keeps_the_servers_that_stay() {
-        let store = MemcacheStore::new(&MemcacheOptions {
-            servers: vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()],
-            max_idle: 2,
-            tls: None,
-        })
-        .expect("store");
-        let kept = Arc::clone(&store.servers.load()[1]);
-        store
-            .set_servers(&["127.0.0.1:2".into(), "127.0.0.1:3".into()])
-            .expect("taken");
-        assert_eq!(store.servers(), ["127.0.0.1:2", "127.0.0.1:3"]);
-        assert!(
-            Arc::ptr_eq(&kept, &store.servers.load()[0]),
-            "its idle connections stay"
-        );
-        assert!(
-            store.set_servers(&[]).is_err(),
-            "an empty list is not taken"
-        );
-        assert_eq!(store.servers().len(), 2);
-    }
-}
+mod tests;

@@ -67,7 +67,7 @@ pub(super) struct Holding {
     /// Keys it holds in the shard.
     pub(super) held: usize,
     /// Its keys, oldest first; some may have gone since (expired, or
-    /// re-added under another rule), which [`Shares::oldest_of`] skips.
+    /// re-added under another rule), which [`CapShares::oldest_of`] skips.
     order: VecDeque<u128>,
     /// Its keys evicted from the shard so far.
     pub(super) evictions: u64,
@@ -75,11 +75,11 @@ pub(super) struct Holding {
 
 /// Every rule's holdings in one shard.
 #[derive(Debug, Default)]
-pub(super) struct Shares {
+pub(super) struct CapShares {
     pub(super) by_rule: HashMap<Owner, Holding>,
 }
 
-impl Shares {
+impl CapShares {
     /// Key `id` of `owner` was added.
     pub(super) fn added(&mut self, id: u128, owner: Option<&RuleId>) {
         let h = self
@@ -161,7 +161,7 @@ mod tests {
     #[test]
     fn the_largest_holder_gives_way_the_inserting_rule_first_among_equals() {
         let (a, b) = (RuleId::new("d.a"), RuleId::new("d.b"));
-        let mut s = Shares::default();
+        let mut s = CapShares::default();
         for id in 0..6 {
             s.added(id, Some(&a));
         }
@@ -174,18 +174,18 @@ mod tests {
         // a inserting: a still holds the most, so its own oldest goes.
         assert_eq!(s.victim(owner_hash(Some(&a))), Some(owner_hash(Some(&a))));
         // Equal holdings: the inserting rule first.
-        let mut eq = Shares::default();
+        let mut eq = CapShares::default();
         eq.added(1, Some(&a));
         eq.added(2, Some(&b));
         assert_eq!(eq.victim(owner_hash(Some(&a))), Some(owner_hash(Some(&a))));
         assert_eq!(eq.victim(owner_hash(Some(&b))), Some(owner_hash(Some(&b))));
-        assert_eq!(Shares::default().victim(owner_hash(Some(&a))), None);
+        assert_eq!(CapShares::default().victim(owner_hash(Some(&a))), None);
     }
 
     #[test]
     fn keys_gone_since_are_skipped() {
         let a = RuleId::new("d.a");
-        let mut s = Shares::default();
+        let mut s = CapShares::default();
         for id in 0..3 {
             s.added(id, Some(&a));
         }
@@ -203,7 +203,7 @@ mod tests {
     #[test]
     fn a_key_hit_again_gets_a_second_chance() {
         let a = RuleId::new("d.a");
-        let mut s = Shares::default();
+        let mut s = CapShares::default();
         for id in 0..4 {
             s.added(id, Some(&a));
         }
@@ -234,7 +234,7 @@ mod tests {
         ) {
             let rules: Vec<RuleId> = (0..4).map(|i| RuleId::new(&format!("d.r{i}"))).collect();
             let capacity = 20usize;
-            let mut s = Shares::default();
+            let mut s = CapShares::default();
             let mut keys: HashMap<u128, Owner> = HashMap::new();
             for (n, r) in inserts.into_iter().enumerate() {
                 let rule = &rules[usize::from(r)];

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use super::shares::{owner_hash, Owner, Seen, Shares};
+use super::shares::{owner_hash, CapShares, Owner, Seen};
 use super::{MemoryStore, SHARDS};
 use crate::config::tree::RuleId;
 use crate::limiter::{Algorithm, Limiter, LimiterState};
@@ -63,7 +63,7 @@ pub(super) struct Slot {
 pub(super) struct Shard {
     pub(super) counters: Table<Counter>,
     pub(super) states: Table<Slot>,
-    pub(super) shares: Shares,
+    pub(super) shares: CapShares,
     /// When a full shard last dropped its expired keys.
     pub(super) swept_at: Duration,
 }

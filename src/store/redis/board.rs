@@ -12,7 +12,7 @@ use fred::types::Value;
 
 use super::args::int;
 use super::node::Backend;
-use crate::store::board::{BoardOp, BoardWork, Shares};
+use crate::store::board::{Assignments, BoardOp, BoardWork};
 use crate::store::{StoreError, StoreErrorKind};
 
 use super::scripts::{BOARD, BOARD_PER_NODE};
@@ -38,7 +38,7 @@ pub(super) async fn call(
     per_node: bool,
     work: &BoardWork,
     positions: &[usize],
-) -> Result<Vec<Shares>, StoreError> {
+) -> Result<Vec<Assignments>, StoreError> {
     let steps: Vec<_> = positions.iter().map(|&i| &work.steps[i]).collect();
     let keys: Vec<String> = steps.iter().map(|s| s.key.clone()).collect();
     let mut args: Vec<Value> = Vec::with_capacity(3 + 4 * steps.len());
@@ -75,7 +75,7 @@ pub(super) async fn call(
 }
 
 /// The script's reply: per board, a count m and m (line, assigned) pairs.
-fn parse(values: &[i64], boards: usize) -> Result<Vec<Shares>, StoreError> {
+fn parse(values: &[i64], boards: usize) -> Result<Vec<Assignments>, StoreError> {
     let wrong = || {
         StoreError::new(
             StoreErrorKind::Rejected,
@@ -93,7 +93,7 @@ fn parse(values: &[i64], boards: usize) -> Result<Vec<Shares>, StoreError> {
             .map(|p| (u64::try_from(p[0]).unwrap_or(0), p[1].max(0) as f64 / MICRO))
             .collect();
         lines.sort_by_key(|(l, _)| *l);
-        out.push(Shares { lines });
+        out.push(Assignments { lines });
         rest = &tail[2 * m..];
     }
     if rest.is_empty() {

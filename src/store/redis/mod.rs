@@ -32,7 +32,9 @@ mod args;
 mod board;
 mod coalesce;
 pub mod connect;
+mod error;
 mod node;
+pub mod options;
 mod placement;
 pub mod scripts;
 pub mod url;
@@ -48,9 +50,10 @@ use tokio::time::Instant;
 use futures::TryFutureExt;
 
 use super::board::{BoardReply, BoardWork};
-use super::{Placement, Reply, Store, StoreError, StoreErrorKind, Work};
+use super::{Done, Job, Placement, Reply, Store, StoreError, StoreErrorKind, Work};
 
-pub use connect::{connect, RedisAddress, RedisOptions, StartupRetry};
+pub use connect::{connect, StartupRetry};
+pub use options::{RedisAddress, RedisOptions, RedisTls};
 pub use placement::RedisPlacement;
 
 use node::Lanes;
@@ -234,7 +237,11 @@ impl RedisStore {
 
 #[async_trait]
 impl Store for RedisStore {
-    async fn execute(&self, work: &Work, deadline: Option<Instant>) -> Reply {
+    async fn call(&self, job: Job<'_>, deadline: Option<Instant>) -> Done {
+        let work = match job {
+            Job::Limits(work) => work,
+            Job::Boards(work) => return Done::Boards(self.share_boards(work, deadline).await),
+        };
         if crate::platform::telemetry::enabled() {
             use tracing::Instrument;
             let span = tracing::info_span!(
@@ -242,15 +249,17 @@ impl Store for RedisStore {
                 "Redis Pipeline Execution",
                 "pipeline length" = work.len(),
             );
-            return self.run(work, deadline).instrument(span).await;
+            return Done::Limits(self.limits(work, deadline).instrument(span).await);
         }
-        self.run(work, deadline).await
+        Done::Limits(self.limits(work, deadline).await)
     }
+}
 
-    /// On the main deployment, one call per node (per slot where the
-    /// cluster refuses script flags), concurrently, each given up at the
-    /// deadline.
-    async fn share(&self, work: &BoardWork, deadline: Option<Instant>) -> BoardReply {
+impl RedisStore {
+    /// Board steps on the main deployment, one call per node (per slot
+    /// where the cluster refuses script flags), concurrently, each given up
+    /// at the deadline.
+    async fn share_boards(&self, work: &BoardWork, deadline: Option<Instant>) -> BoardReply {
         let main = &self.lanes().main;
         let groups = self.placement.group_by_node(
             work.steps
@@ -265,7 +274,7 @@ impl Store for RedisStore {
                     let backend = main.backend_of(&route);
                     let answer = node::until(
                         deadline,
-                        board::call(&backend, per_node, work, &positions).map_err(node::moved_key),
+                        board::call(&backend, per_node, work, &positions).map_err(error::moved_key),
                     )
                     .await;
                     (positions, answer)
@@ -294,16 +303,14 @@ impl Store for RedisStore {
         self.follow_failures(reply.iter().filter_map(|a| a.as_ref().err()));
         reply
     }
-}
 
-impl RedisStore {
     /// Where this store keeps its keys.
     pub fn placement(&self) -> Arc<dyn Placement> {
         Arc::clone(&self.placement) as Arc<dyn Placement>
     }
 
-    /// [`Store::execute`] without its span.
-    async fn run(&self, work: &Work, deadline: Option<Instant>) -> Reply {
+    /// A request's limits, without their span.
+    async fn limits(&self, work: &Work, deadline: Option<Instant>) -> Reply {
         let reply = work::execute(self.lanes(), &self.placement, work, deadline).await;
         self.follow_failures(reply.answers.iter().filter_map(|a| a.as_ref().err()));
         reply

@@ -77,7 +77,7 @@ pub(super) async fn execute(
         (
             c.key.as_str(),
             c.limit.one_second(),
-            c.replicated,
+            c.rule.replicated,
             c.node.as_ref(),
         )
     }));
