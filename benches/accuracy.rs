@@ -1,6 +1,6 @@
 //! The accuracy harness as a benchmark: prints, for every store, algorithm
 //! and traffic pattern, the admitted count against the algorithm's ideal
-//! and against an exact sliding log (`integration/support/accuracy.rs`).
+//! and against an exact sliding log (`testkit/src/accuracy.rs`).
 //!
 //! `cargo bench --bench accuracy` runs memory, Redis and a 6-node Redis
 //! Cluster (real servers on free loopback ports, four service instances on
@@ -8,8 +8,8 @@
 //! store, so the suite stays fast. `integration/accuracy.rs` asserts the
 //! targets on the same numbers.
 
-#[path = "../integration/support/mod.rs"]
-mod support;
+// The test support crate (testkit/).
+use ratelimit_testkit as support;
 
 use support::accuracy::{check, header, instances, redis_env, run_all, run_outage, write_svg};
 use support::redis::{RedisCluster, RedisServer};

@@ -15,8 +15,8 @@
 //! (a limit of 100 per day, so that a token bucket's key, which lasts one
 //! token's refill, outlives the writing of two million keys).
 
-#[path = "../integration/support/mod.rs"]
-mod support;
+// The test support crate (testkit/).
+use ratelimit_testkit as support;
 
 use std::sync::Arc;
 use std::time::Duration;

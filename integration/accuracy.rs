@@ -2,7 +2,7 @@
 //! instance), Redis and Redis Cluster (four instances each). Prints the
 //! table it asserts on; `cargo bench --bench accuracy` prints the same.
 
-mod support;
+use crate::support;
 
 use support::accuracy::{check, header, instances, redis_env, run_all, run_outage};
 use support::redis::{RedisCluster, RedisServer};

@@ -4,7 +4,8 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStdout, Command, Output, Stdio};
 
-const BENCH: &str = env!("CARGO_BIN_EXE_ratelimit-bench");
+use crate::support::bench_binary;
+
 const CLIENT: &str = env!("CARGO_BIN_EXE_ratelimit_client");
 
 /// A child process killed when the test ends, passed or not.
@@ -28,7 +29,7 @@ fn start_noop() -> (Guard, String) {
 
 /// `start_noop` with extra flags.
 fn start_noop_with(extra: &[&str]) -> (Guard, String) {
-    let mut child = Command::new(BENCH)
+    let mut child = Command::new(bench_binary())
         .args(["noop", "--listen", "127.0.0.1:0", "--duration", "120s"])
         .args(extra)
         .stdout(Stdio::piped())
@@ -52,12 +53,13 @@ fn start_noop_with(extra: &[&str]) -> (Guard, String) {
     (guard, addr)
 }
 
-fn run(program: &str, args: &[&str]) -> Output {
+fn run(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Output {
+    let program = program.as_ref();
     Command::new(program)
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .unwrap_or_else(|e| panic!("run {program}: {e}"))
+        .unwrap_or_else(|e| panic!("run {}: {e}", program.to_string_lossy()))
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -173,7 +175,7 @@ fn client_with_tls_reports_an_unreadable_ca_file() {
 fn bench_run_against_noop_has_no_errors() {
     let (_noop, addr) = start_noop();
     let out = run(
-        BENCH,
+        bench_binary(),
         &[
             "run",
             "--target",
@@ -206,7 +208,7 @@ fn bench_run_against_noop_has_no_errors() {
 fn bench_open_loop_and_compare_against_noop() {
     let (_noop, addr) = start_noop();
     let out = run(
-        BENCH,
+        bench_binary(),
         &[
             "compare",
             "--target",
@@ -242,10 +244,10 @@ fn bench_rejects_bad_command_lines() {
         &["run", "--nope", "1"],
         &["fly"],
     ] {
-        let out = run(BENCH, args);
+        let out = run(bench_binary(), args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
     }
-    let out = run(BENCH, &["--help"]);
+    let out = run(bench_binary(), &["--help"]);
     assert_eq!(out.status.code(), Some(0));
     assert!(text(&out.stdout).contains("ratelimit-bench run"));
 }

@@ -14,22 +14,14 @@
 
 #![allow(clippy::disallowed_types)]
 
-mod support;
+use crate::support;
 
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use support::accuracy::redis_env;
 use support::envoy::{Bootstrap, Envoy, Filter, Route};
 use support::redis::{RedisCluster, RedisServer};
 use support::{wait_for_fresh_window, HttpResponse, Service};
-
-/// The tests of this file run one at a time: the failure test measures
-/// answers against Envoy's 20 ms, which a neighbour's load would blur.
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    static ONE: Mutex<()> = Mutex::new(());
-    ONE.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 const RULES: &str = r#"
 domain: envoy
@@ -155,27 +147,27 @@ fn algorithms_and_budget(env: &[(&str, String)]) {
 
 #[test]
 fn algorithms_and_the_token_budget_through_envoy_on_memory() {
-    let _one = one_at_a_time();
+    let _one = support::one_at_a_time();
     algorithms_and_budget(&[]);
 }
 
 #[test]
 fn algorithms_and_the_token_budget_through_envoy_on_redis() {
-    let _one = one_at_a_time();
+    let _one = support::one_at_a_time();
     let redis = RedisServer::start();
     algorithms_and_budget(&redis_env("single", redis.addr()));
 }
 
 #[test]
 fn algorithms_and_the_token_budget_through_envoy_on_the_cluster() {
-    let _one = one_at_a_time();
+    let _one = support::one_at_a_time();
     let cluster = RedisCluster::start();
     algorithms_and_budget(&redis_env("cluster", cluster.seeds().join(",")));
 }
 
 #[test]
 fn the_network_filter_checks_once_per_connection() {
-    let _one = one_at_a_time();
+    let _one = support::one_at_a_time();
     let svc = Service::start(&[("envoy.yaml", RULES)], &[]);
     let envoy = Envoy::start(&front(&svc, Filter::new("envoy")));
     let tcp = envoy.listener("tcp");
@@ -211,7 +203,7 @@ fn header_values(r: &HttpResponse, names: &[&str]) -> Vec<String> {
 
 #[test]
 fn each_header_format_reaches_the_http_client() {
-    let _one = one_at_a_time();
+    let _one = support::one_at_a_time();
     let rules = "domain: envoy\ndescriptors:\n  - key: rule\n    value: fixed\n    rate_limit: {name: per_client, unit: minute, requests_per_unit: 2}\n";
     let cases: [(&str, &[&str]); 3] = [
         (
@@ -317,7 +309,7 @@ fn outcome(envoy: &Envoy, path: &str, n: usize) -> ([usize; 3], Duration) {
 
 #[test]
 fn with_redis_paused_each_rules_failure_mode_holds_behind_a_default_envoy() {
-    let _one = one_at_a_time();
+    let _one = support::one_at_a_time();
     let mut redis = RedisServer::start();
     let mut env = redis_env("single", redis.addr());
     // The service's own default deadline (the test support sets a long one).

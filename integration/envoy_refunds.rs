@@ -21,10 +21,10 @@
 
 #![allow(clippy::disallowed_types)]
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::accuracy::redis_env;
@@ -32,12 +32,6 @@ use support::envoy::{Bootstrap, Envoy, Filter, Route};
 use support::redis::{RedisCluster, RedisServer};
 use support::upstream::HoldingUpstream;
 use support::{wait_for_fresh_window, Service};
-
-/// One test of this file at a time: they time holds and expiries.
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    static ONE: Mutex<()> = Mutex::new(());
-    ONE.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 const RULES: &str = r#"
 domain: refunds
@@ -277,20 +271,20 @@ fn refunds_and_slots(env: &[(&str, String)]) {
 
 #[test]
 fn refunds_and_in_flight_limits_through_envoy_on_memory() {
-    let _one = one_at_a_time();
+    let _one = support::one_at_a_time();
     refunds_and_slots(&[]);
 }
 
 #[test]
 fn refunds_and_in_flight_limits_through_envoy_on_redis() {
-    let _one = one_at_a_time();
+    let _one = support::one_at_a_time();
     let redis = RedisServer::start();
     refunds_and_slots(&redis_env("single", redis.addr()));
 }
 
 #[test]
 fn refunds_and_in_flight_limits_through_envoy_on_the_cluster() {
-    let _one = one_at_a_time();
+    let _one = support::one_at_a_time();
     let cluster = RedisCluster::start();
     refunds_and_slots(&redis_env("cluster", cluster.seeds().join(",")));
 }
@@ -302,7 +296,7 @@ fn refunds_and_in_flight_limits_through_envoy_on_the_cluster() {
 /// which no limit can bound.
 #[test]
 fn under_load_the_upstream_never_serves_a_tenant_more_than_its_slots() {
-    let _one = one_at_a_time();
+    let _one = support::one_at_a_time();
     let cluster = RedisCluster::start();
     let env = redis_env("cluster", cluster.seeds().join(","));
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();

@@ -25,12 +25,12 @@
 
 #![allow(clippy::disallowed_types)]
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::accuracy::redis_env;
@@ -48,12 +48,6 @@ const OFFERED: u64 = 30;
 /// The most tokens an Envoy's bucket holds: its share in whole tokens per
 /// 1 s fill, at most the whole rate.
 const MAX_TOKENS: f64 = RATE;
-
-/// One test of this file at a time: they count per second.
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    static ONE: Mutex<()> = Mutex::new(());
-    ONE.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// The example bootstrap on loopback: its listener on a free port, its
 /// RLQS cluster at `rlqs`, and a direct response in place of the example's
@@ -226,7 +220,7 @@ struct Timeline {
 /// the first instance of `instances`, the others to the second (the same
 /// one when there is one).
 fn run(what: &str, instances: &[Service]) {
-    let _one = one_at_a_time();
+    let _one = support::one_at_a_time();
     let rlqs = |i: usize| instances[i % instances.len()].grpc;
     let t0 = Instant::now();
     let next_second = || t0.elapsed().as_secs_f64().ceil() as usize;

@@ -2,7 +2,7 @@
 //! `LIMIT_RESPONSE_HEADERS_FORMAT`, on gRPC (`response_headers_to_add`) and
 //! as real HTTP headers on `/json` (OVER_LIMIT stays 429).
 
-mod support;
+use crate::support;
 
 use support::*;
 

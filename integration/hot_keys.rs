@@ -17,7 +17,7 @@
 //!   on the cluster) costs at most 0.1 script calls per decision and keeps
 //!   the algorithm's bound.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -26,10 +26,6 @@ use std::time::Duration;
 use support::accuracy::{check_overload, overload, redis_env, rules, LEASABLE};
 use support::redis::{RedisCluster, RedisServer};
 use support::*;
-
-/// The tests here each load 2 cores with a fleet, a Redis and 64 callers:
-/// they take turns, so that one's store calls are not another's noise.
-static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const RULES: &str = "
 domain: h
@@ -165,7 +161,8 @@ fn stored_count(cluster: &RedisCluster, key: &str, value: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharding_spreads_one_descriptor_over_the_primaries() {
-    let _turn = TURN.lock().await;
+    // Each loads 2 cores with a fleet, a Redis and 64 callers.
+    let _turn = support::one_at_a_time_async().await;
     let cluster = RedisCluster::start();
     let svcs = instances(&cluster, 4, &[]);
     wait_for_fresh_window(3600, 60);
@@ -202,7 +199,8 @@ async fn sharding_spreads_one_descriptor_over_the_primaries() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leasing_cuts_script_calls_and_never_admits_over_the_limit() {
-    let _turn = TURN.lock().await;
+    // Each loads 2 cores with a fleet, a Redis and 64 callers.
+    let _turn = support::one_at_a_time_async().await;
     let cluster = RedisCluster::start();
     let svcs = instances(&cluster, 4, &[]);
     wait_for_fresh_window(3600, 60);
@@ -252,7 +250,8 @@ async fn leasing_cuts_script_calls_and_never_admits_over_the_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_returns_leases_and_sigkill_strands_at_most_a_batch() {
-    let _turn = TURN.lock().await;
+    // Each loads 2 cores with a fleet, a Redis and 64 callers.
+    let _turn = support::one_at_a_time_async().await;
     let cluster = RedisCluster::start();
     // Leases that live long, so that only the signal ends them.
     let long = [("LEASE_TTL", "600s"), ("SHUTDOWN_DRAIN_DURATION", "0s")];
@@ -319,7 +318,8 @@ async fn overload_on(store: &str, env: Vec<(&'static str, String)>, primaries: &
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leased_key_in_overload_costs_a_script_call_per_batch_on_a_single_redis() {
-    let _turn = TURN.lock().await;
+    // Each loads 2 cores with a fleet, a Redis and 64 callers.
+    let _turn = support::one_at_a_time_async().await;
     let server = RedisServer::start();
     let port = ports(&[server.addr()]);
     overload_on("redis", redis_env("single", server.addr()), &port).await;
@@ -327,7 +327,8 @@ async fn a_leased_key_in_overload_costs_a_script_call_per_batch_on_a_single_redi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leased_key_in_overload_costs_a_script_call_per_batch_on_the_cluster() {
-    let _turn = TURN.lock().await;
+    // Each loads 2 cores with a fleet, a Redis and 64 callers.
+    let _turn = support::one_at_a_time_async().await;
     let cluster = RedisCluster::start();
     let primaries = ports(&cluster.primaries());
     overload_on(

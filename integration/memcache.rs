@@ -8,7 +8,7 @@
 // Tests and the load tool measure the real elapsed time of real processes.
 #![allow(clippy::disallowed_types)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -248,15 +248,8 @@ async fn memcache_srv_finds_the_servers_through_dns() {
     assert!(on_new, "counted on the server the refreshed record names");
 }
 
-fn eventually_within(within: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + within;
-    while std::time::Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    false
+fn eventually_within(within: Duration, f: impl FnMut() -> bool) -> bool {
+    support::eventually(within, f)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,7 @@
 // Tests and the load tool measure the real elapsed time of real processes.
 #![allow(clippy::disallowed_types)]
 
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
@@ -17,17 +17,7 @@ use support::redis::{
     RedisCluster, RedisSentinel, RedisServer,
 };
 
-/// Polls `cond` every 50 ms for up to `within`.
-fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    cond()
-}
+use support::eventually;
 
 fn assert_all_gone(pids: &[u32]) {
     // Drop reaps synchronously; allow a moment anyway.
@@ -298,7 +288,11 @@ fn servers_die_with_the_test_process() {
         return;
     }
     let mut child = Command::new(std::env::current_exe().expect("test binary path"))
-        .args(["--exact", "helper_exit_without_drop", "--nocapture"])
+        .args([
+            "--exact",
+            "redis_infra::helper_exit_without_drop",
+            "--nocapture",
+        ])
         .env("REDIS_INFRA_HELPER", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -6,7 +6,7 @@
 // Tests and the load tool measure the real elapsed time of real processes.
 #![allow(clippy::disallowed_types)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -1057,7 +1057,7 @@ descriptors:
 ";
     let svc = Service::start(&[("bench.yaml", rules)], &[]);
     let bench = |domain: &str| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit-bench"))
+        let out = std::process::Command::new(bench_binary())
             .args(["run", "--target", &svc.grpc.to_string(), "--domain", domain])
             .args([
                 "--duration",

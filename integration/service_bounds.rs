@@ -7,7 +7,7 @@
 // Tests measure the real elapsed time and memory of real processes.
 #![allow(clippy::disallowed_types)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

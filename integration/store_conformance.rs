@@ -4,7 +4,7 @@
 //! request's limits and the RLQS demand boards. Each body runs on every
 //! store that promises what it checks ([`Promises`]).
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

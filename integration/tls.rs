@@ -1,7 +1,7 @@
 //! gRPC over TLS and mTLS against the
 //! real binary, with certificates made by the test.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::path::Path;

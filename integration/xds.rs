@@ -8,7 +8,7 @@
 // Tests and the load tool measure the real elapsed time of real processes.
 #![allow(clippy::disallowed_types)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

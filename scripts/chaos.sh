@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The chaos soak: 3 instances of the release build on a 6-node Redis
 # Cluster, clients in 3 processes, faults from a seeded schedule
-# (integration/chaos/). Prints the report and exits 1 on any violation.
+# (soak/, a workspace member). Prints the report and exits 1 on any
+# violation.
 #
 #   scripts/chaos.sh [DURATION] [SEED]    e.g. scripts/chaos.sh 30m 7
 #
@@ -24,4 +25,6 @@ fi
 args=()
 [ $# -ge 1 ] && args+=("$1")
 [ $# -ge 2 ] && args+=("$2")
-exec cargo test --release --locked --test chaos -- "${args[@]}"
+# The service's release build, which the soak runs, and then the soak.
+cargo build --release --locked --bin ratelimit
+exec cargo run --release --locked -p ratelimit-soak --bin chaos -- "${args[@]}"

@@ -101,14 +101,16 @@ if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 echo "disk: $(df -Ph . | awk 'NR == 2 {print $4}') free before the build" >&2
 
 cargo fmt --all -- --check
-# (--test chaos: the soak is not a default test target, see below.)
-cargo clippy --all-targets --test chaos --locked -- -D warnings
-cargo test --all-targets --locked
+# The whole workspace: the service crate, its tools (bench/, soak/) and the
+# test support (testkit/).
+cargo clippy --workspace --all-targets --locked -- -D warnings
+# The integration tests run the load tool's binary too.
+cargo build --workspace --bins --locked
+cargo test --workspace --all-targets --locked
 # The store tests once more, on Valkey 8 (single, sentinel, cluster,
 # faults, hot keys).
-RATELIMIT_TEST_SERVER=valkey cargo test --locked \
-    --test redis_infra --test store_conformance --test redis_faults \
-    --test redis_service --test hot_keys
+RATELIMIT_TEST_SERVER=valkey cargo test --locked --test integration -- \
+    redis_infra:: store_conformance:: redis_faults:: redis_service:: hot_keys::
 cargo test --doc --locked
 # The API docs build without a broken link, and every relative link of the
 # Markdown pages resolves.

@@ -34,7 +34,7 @@ envoy=${RATELIMIT_TEST_ENVOY:-$cache/envoy/bin/envoy}
 [ -x "$envoy" ] || { echo "no Envoy at $envoy: run scripts/test.sh first, or set RATELIMIT_TEST_ENVOY" >&2; exit 1; }
 command -v redis-server >/dev/null || { echo "redis-server is required" >&2; exit 1; }
 
-cargo build --release --locked --bin ratelimit --bin ratelimit-bench >&2
+cargo build --release --locked --workspace --bin ratelimit --bin ratelimit-bench >&2
 bench=target/release/ratelimit-bench
 
 work=$(mktemp -d)

@@ -20,7 +20,7 @@ cd "$(dirname "$0")/../.."
 PAUSE=${1:-5s}
 RUN=${RUN:-3s}
 command -v redis-server >/dev/null || { echo "redis-server is required (scripts/test.sh installs it)" >&2; exit 1; }
-cargo build --release --locked --bin ratelimit --bin ratelimit-bench >&2
+cargo build --release --locked --workspace --bin ratelimit --bin ratelimit-bench >&2
 work=$(mktemp -d)
 pids=()
 rpid=""

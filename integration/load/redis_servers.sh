@@ -14,7 +14,7 @@ svc_cpu=(); other_cpu=()
 if [ "$PIN" = 1 ]; then svc_cpu=(taskset -c 0); other_cpu=(taskset -c 1); fi
 
 command -v redis-server >/dev/null || { echo "redis-server is required (scripts/test.sh installs it)" >&2; exit 1; }
-cargo build --release --locked --bin ratelimit --bin ratelimit-bench >&2
+cargo build --release --locked --workspace --bin ratelimit --bin ratelimit-bench >&2
 work=$(mktemp -d)
 pids=()
 cleanup() {

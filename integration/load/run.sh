@@ -16,7 +16,7 @@ ROUNDS=${2:-3}
 CONNS=${CONNS:-2}
 CONC=${CONC:-32}
 
-cargo build --release --locked --bin ratelimit --bin ratelimit-bench >&2
+cargo build --release --locked --workspace --bin ratelimit --bin ratelimit-bench >&2
 root=$(mktemp -d)
 trap 'kill "${pid:-}" 2>/dev/null || true; rm -rf "$root"' EXIT
 mkdir -p "$root/current/ratelimit/config"

@@ -18,10 +18,10 @@ use rand::rngs::StdRng;
 use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
 
-use crate::instances::Instance;
-use crate::links::Links;
-use crate::log::{now_us, Fault, FaultKind};
-use crate::rules;
+use super::instances::Instance;
+use super::links::Links;
+use super::log::{now_us, Fault, FaultKind};
+use super::rules;
 use crate::support::redis::{redis_cli_within, RedisCluster};
 
 /// A cluster node's client port and, for a primary, its slot ranges.

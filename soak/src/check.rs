@@ -11,9 +11,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::boards::{self, BoardFigures};
-use crate::log::{Decision, Fault, FaultKind, Op, Outcome, QuotaEvent};
-use crate::rules::{Mode, Placement, Rule, Shape, Stream, DOMAIN};
+use super::boards::{self, BoardFigures};
+use super::log::{Decision, Fault, FaultKind, Op, Outcome, QuotaEvent};
+use super::rules::{Mode, Placement, Rule, Shape, Stream, DOMAIN};
 
 /// How long after a reload an instance may still run the config before it
 /// (the watcher's debounce and the load).

@@ -1,5 +1,8 @@
-//! Test support: the real `ratelimit` binary on free loopback ports, with a
-//! runtime directory of its own, and small gRPC and HTTP clients.
+//! Test support, shared by the integration tests and the chaos soak
+//! (workspace members, so it is compiled once): the real `ratelimit` binary
+//! on free loopback ports, with a runtime directory of its own; Redis
+//! (single, sentinel, cluster), memcached and Envoy processes; small gRPC
+//! and HTTP clients.
 
 // The test support measures the real elapsed time of real processes.
 #![allow(clippy::disallowed_types)]
@@ -38,12 +41,66 @@ pub const OK: i32 = Code::Ok as i32;
 /// Refused.
 pub const OVER: i32 = Code::OverLimit as i32;
 
-/// The service binary under test: this build's, or
-/// `RATELIMIT_TEST_BINARY` (to run a test against another build, e.g. an
-/// earlier commit's for a before-and-after).
-pub fn binary() -> std::path::PathBuf {
-    std::env::var_os("RATELIMIT_TEST_BINARY")
-        .map_or_else(|| env!("CARGO_BIN_EXE_ratelimit").into(), Into::into)
+/// The service binary under test: `RATELIMIT_TEST_BINARY` (to run a test
+/// against another build, e.g. an earlier commit's for a before-and-after),
+/// or this build's, beside the running test or tool in the target
+/// directory (cargo builds it for the service crate's integration tests;
+/// the soak's script builds it first).
+pub fn binary() -> PathBuf {
+    std::env::var_os("RATELIMIT_TEST_BINARY").map_or_else(|| built("ratelimit"), Into::into)
+}
+
+/// `name`, built in the profile directory of the running executable
+/// (`target/<profile>/`, whether it runs from there or from its `deps/`).
+pub fn built(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the running executable's path");
+    let mut dir = exe.parent().expect("a directory").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is not built: `cargo build --workspace --bins` (scripts/test.sh does it)",
+        path.display()
+    );
+    path
+}
+
+/// Scratch space under the target directory (`target/tmp`), for what a
+/// test or the soak keeps after it ends.
+pub fn target_tmp() -> PathBuf {
+    let exe = std::env::current_exe().expect("the running executable's path");
+    let mut dir = exe.parent().expect("a directory").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir.pop();
+    dir.join("tmp")
+}
+
+/// The load tool `ratelimit-bench` (the workspace member `bench/`):
+/// `RATELIMIT_TEST_BENCH`, or this build's.
+pub fn bench_binary() -> PathBuf {
+    std::env::var_os("RATELIMIT_TEST_BENCH").map_or_else(|| built("ratelimit-bench"), Into::into)
+}
+
+/// The machine's one turn for the tests that time answers against a short
+/// deadline, count per second, or load both cores: no two of them run at
+/// once in the one integration binary, where each would be the other's
+/// noise. A plain test takes it with [`one_at_a_time`], an async one with
+/// [`one_at_a_time_async`].
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Waits for the machine's turn (see [`TURN`]), from a plain test (never
+/// from inside a runtime).
+pub fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    TURN.blocking_lock()
+}
+
+/// [`one_at_a_time`], from an async test.
+pub async fn one_at_a_time_async() -> tokio::sync::MutexGuard<'static, ()> {
+    TURN.lock().await
 }
 
 /// A running service. Killed (and its directory removed) on drop.
@@ -211,17 +268,22 @@ impl Service {
         self.child.id()
     }
 
-    /// Polls `cond` every 50 ms for up to `within`.
-    pub fn eventually(&self, within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            if cond() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        cond()
+    /// Polls `cond` every 50 ms for up to `within` (see [`eventually`]).
+    pub fn eventually(&self, within: Duration, cond: impl FnMut() -> bool) -> bool {
+        eventually(within, cond)
     }
+}
+
+/// Polls `cond` every 50 ms for up to `within`; whether it held.
+pub fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cond()
 }
 
 /// A parsed HTTP response.
@@ -354,7 +416,7 @@ pub fn refused_start(files: &[(&str, &str)], env: &[(&str, &str)]) -> String {
     for (name, text) in files {
         std::fs::write(cfg.join(name), text).expect("config file");
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_ratelimit"))
+    let out = Command::new(binary())
         .env_clear()
         .env("USE_STATSD", "false")
         .env("RUNTIME_ROOT", dir.path().join("current"))

@@ -1,7 +1,7 @@
 //! The report of a load: rates and latency percentiles, as text and JSON.
 
 use super::flags::LoadConfig;
-use super::generator::Tally;
+use super::tally::Tally;
 use super::Failure;
 
 /// One finished load.

@@ -1,7 +1,7 @@
 //! A client process of the soak: offers its streams to the instances, in
 //! turn, until the end time, and logs every call with its send and answer
-//! times (see [`crate::log::Decision`]); a board rule's streams are RLQS
-//! Envoys ([`crate::quota`]), which log what they did and heard.
+//! times (see [`super::log::Decision`]); a board rule's streams are RLQS
+//! Envoys ([`super::quota`]), which log what they did and heard.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -11,9 +11,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use tokio::sync::{mpsc, Semaphore};
 use tonic::transport::Channel;
 
-use crate::log::{now_us, Decision, Op, Outcome};
-use crate::quota;
-use crate::rules::{Stream, DOMAIN};
+use super::log::{now_us, Decision, Op, Outcome};
+use super::quota;
+use super::rules::{Stream, DOMAIN};
 use crate::support;
 
 /// How long a call may take before the client gives up on it: far past

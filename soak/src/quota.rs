@@ -7,7 +7,7 @@
 //! server or the transport ends (its instance killed) is opened again on
 //! the next instance at the next report's tick, the assignment kept until
 //! its TTL, as Envoy keeps it. Every join, report and message is logged
-//! (see [`crate::log::QuotaEvent`]).
+//! (see [`super::log::QuotaEvent`]).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -20,9 +20,9 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
 
-use crate::client::CALL_TIMEOUT;
-use crate::log::{now_us, Heard, QuotaEvent};
-use crate::rules::{Stream, DOMAIN};
+use super::client::CALL_TIMEOUT;
+use super::log::{now_us, Heard, QuotaEvent};
+use super::rules::{Stream, DOMAIN};
 use crate::support::envoy_quota::{told, usage_report, Enforced, Gate, Told};
 
 /// How often an Envoy reports. Envoy's filter reports every 5 s; the soak

@@ -19,10 +19,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::check::{Findings, Latency, Run, Violation, RECOVERY_PAD_US};
-use crate::log::{Heard, QuotaEvent};
-use crate::quota::ASSIGNMENT_TTL;
-use crate::rules::{Rule, Shape};
+use super::check::{Findings, Latency, Run, Violation, RECOVERY_PAD_US};
+use super::log::{Heard, QuotaEvent};
+use super::quota::ASSIGNMENT_TTL;
+use super::rules::{Rule, Shape};
 use crate::support::envoy_quota::{Enforced, Told};
 
 /// How long a moved share may take to reach its Envoy: one

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::log::{now_us, Fault, FaultKind};
+use super::log::{now_us, Fault, FaultKind};
 
 /// CPU time stolen in one second, in CPUs, from which the report counts a
 /// second as a host stall (0.3: 300 ms of one CPU's second).

@@ -9,26 +9,14 @@
 //! the faults that overlapped the window, and writes the report.
 //!
 //! `scripts/chaos.sh [DURATION] [SEED]` runs it on the release build
-//! (`cargo test --release --test chaos -- DURATION SEED`); it exits 1 on
-//! any violation. It needs root (the link faults use iptables and tc).
+//! (`cargo run --release -p ratelimit-soak --bin chaos -- DURATION SEED`,
+//! after building the service); it exits 1 on any violation. It needs root (the link faults use iptables and tc).
 
 // The soak measures the real time of real processes.
 #![allow(clippy::disallowed_types)]
 
-#[path = "../support/mod.rs"]
-mod support;
-
-mod boards;
-mod check;
-mod client;
-mod faults;
-mod host;
-mod instances;
-mod links;
-mod log;
-mod quota;
-mod report;
-mod rules;
+use ratelimit_soak::support;
+use ratelimit_soak::{check, client, faults, host, instances, links, log, quota, report, rules};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -36,9 +24,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::faults::Nemesis;
-use crate::instances::Instance;
-use crate::log::{now_us, Decision, Fault, QuotaEvent};
+use faults::Nemesis;
+use instances::Instance;
+use log::{now_us, Decision, Fault, QuotaEvent};
 
 /// The store's deadline the instances run with (the default).
 const STORE_TIMEOUT_MS: u64 = 50;
@@ -80,7 +68,7 @@ fn main() {
         None => now_us() % 1_000_000,
     };
     let out = std::env::var_os("CHAOS_OUT").map_or_else(
-        || PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("chaos-{seed}")),
+        || support::target_tmp().join(format!("chaos-{seed}")),
         PathBuf::from,
     );
     let violations = soak(length, seed, &out);

@@ -1,7 +1,6 @@
 //! The load: connections, the workers that keep each in-flight slot busy
 //! (closed loop or paced), and what each saw.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +10,6 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use tokio::time::Instant;
@@ -20,53 +18,9 @@ use super::flags::LoadConfig;
 use super::grpc::GrpcConnection;
 use super::http1::HttpSlot;
 use super::report::Report;
+use super::tally::Tally;
 use super::threads::LoadThreads;
 use super::{chart, Failure};
-
-/// What one worker (one in-flight slot) saw.
-pub(crate) struct Tally {
-    pub(crate) latency: Histogram<u64>,
-    pub(crate) ok: u64,
-    pub(crate) over_limit: u64,
-    pub(crate) other_code: u64,
-    pub(crate) errors: u64,
-    pub(crate) error_kinds: BTreeMap<String, u64>,
-}
-
-impl Tally {
-    pub(crate) fn new() -> Result<Tally, Failure> {
-        // 1 µs .. 1 h, 3 significant digits.
-        let latency = Histogram::new_with_bounds(1, 3_600_000_000, 3)
-            .map_err(|e| Failure::Fatal(format!("histogram: {e}")))?;
-        Ok(Tally {
-            latency,
-            ok: 0,
-            over_limit: 0,
-            other_code: 0,
-            errors: 0,
-            error_kinds: BTreeMap::new(),
-        })
-    }
-
-    pub(crate) fn merge(&mut self, other: Tally) -> Result<(), Failure> {
-        self.latency
-            .add(&other.latency)
-            .map_err(|e| Failure::Fatal(format!("histogram: {e:?}")))?;
-        self.ok += other.ok;
-        self.over_limit += other.over_limit;
-        self.other_code += other.other_code;
-        self.errors += other.errors;
-        for (k, v) in other.error_kinds {
-            *self.error_kinds.entry(k).or_default() += v;
-        }
-        Ok(())
-    }
-
-    pub(crate) fn error(&mut self, kind: String) {
-        self.errors += 1;
-        *self.error_kinds.entry(kind).or_default() += 1;
-    }
-}
 
 /// The times every worker follows.
 #[derive(Clone, Copy)]

@@ -42,6 +42,7 @@ mod http1;
 mod keys;
 mod noop;
 mod report;
+mod tally;
 mod threads;
 use flags::{parse_load, LoadConfig};
 use generator::{connect, load, load_threads};

@@ -6,23 +6,12 @@
 #![allow(dead_code)]
 #![allow(clippy::disallowed_types)]
 
-#[path = "support/mod.rs"]
-mod support;
+use ratelimit_soak::support;
 
-#[path = "chaos/boards.rs"]
-mod boards;
-#[path = "chaos/check.rs"]
-mod check;
-#[path = "chaos/client.rs"]
-mod client;
-#[path = "chaos/host.rs"]
-mod host;
-#[path = "chaos/log.rs"]
-mod log;
-#[path = "chaos/quota.rs"]
-mod quota;
-#[path = "chaos/rules.rs"]
-mod rules;
+use ratelimit_soak::check;
+use ratelimit_soak::host;
+use ratelimit_soak::log;
+use ratelimit_soak::rules;
 
 use std::time::Duration;
 

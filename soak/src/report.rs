@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::boards::BoardFigures;
-use crate::check::{Findings, Latency};
-use crate::host::{self, Cpu};
-use crate::log::{Decision, Fault, FaultKind, Op, Outcome};
-use crate::rules::{Rule, Shape, Stream, RULES};
+use super::boards::BoardFigures;
+use super::check::{Findings, Latency};
+use super::host::{self, Cpu};
+use super::log::{Decision, Fault, FaultKind, Op, Outcome};
+use super::rules::{Rule, Shape, Stream, RULES};
 
 /// One instance's resident set over the run: (seconds, KiB) per start.
 pub struct Memory {
