@@ -453,25 +453,33 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn call(&self, job: Job<'_>, deadline: Option<tokio::time::Instant>) -> Done;
 }
 
-/// Typed shorthands over [`Store::call`], for every store and stack.
-#[async_trait]
+/// Typed shorthands over [`Store::call`], for every store and stack. Not
+/// boxed: the call they make is the only future allocated.
 pub trait StoreExt: Store {
     /// Runs a request's limits ([`Job::Limits`]).
-    async fn execute(&self, work: &Work, deadline: Option<tokio::time::Instant>) -> Reply {
-        self.call(Job::Limits(work), deadline)
-            .await
-            .into_reply(work)
+    fn execute<'a>(
+        &'a self,
+        work: &'a Work,
+        deadline: Option<tokio::time::Instant>,
+    ) -> impl std::future::Future<Output = Reply> + Send + 'a {
+        async move {
+            self.call(Job::Limits(work), deadline)
+                .await
+                .into_reply(work)
+        }
     }
 
     /// Runs steps on the RLQS demand boards ([`Job::Boards`]).
-    async fn share(
-        &self,
-        work: &board::BoardWork,
+    fn share<'a>(
+        &'a self,
+        work: &'a board::BoardWork,
         deadline: Option<tokio::time::Instant>,
-    ) -> board::BoardReply {
-        self.call(Job::Boards(work), deadline)
-            .await
-            .into_board_reply(work)
+    ) -> impl std::future::Future<Output = board::BoardReply> + Send + 'a {
+        async move {
+            self.call(Job::Boards(work), deadline)
+                .await
+                .into_board_reply(work)
+        }
     }
 }
 
