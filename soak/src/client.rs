@@ -13,13 +13,9 @@ use tonic::transport::Channel;
 
 use super::log::{now_us, Decision, Op, Outcome};
 use super::quota;
-use super::rules::{Stream, DOMAIN};
+use super::rules::{Stream, CALL_TIMEOUT, DOMAIN};
 use crate::support;
 
-/// How long a call may take before the client gives up on it: far past
-/// any deadline the service sets itself, so a call that reaches it was
-/// never answered.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(1);
 /// Calls of one stream in flight at once; a tick beyond it is not sent
 /// (an instance that hangs must not make a client grow without bound).
 const IN_FLIGHT: usize = 64;

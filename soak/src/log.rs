@@ -31,7 +31,7 @@ pub enum Outcome {
     Error(String),
     /// The instance could not be reached (refused, reset): it was down.
     Down,
-    /// No answer within [`super::client::CALL_TIMEOUT`].
+    /// No answer within [`super::rules::CALL_TIMEOUT`].
     Timeout,
 }
 

@@ -20,9 +20,8 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
 
-use super::client::CALL_TIMEOUT;
 use super::log::{now_us, Heard, QuotaEvent};
-use super::rules::{Stream, DOMAIN};
+use super::rules::{Stream, CALL_TIMEOUT, DOMAIN};
 use crate::support::envoy_quota::{told, usage_report, Enforced, Gate, Told};
 
 /// How often an Envoy reports. Envoy's filter reports every 5 s; the soak

@@ -5,6 +5,11 @@
 /// The domain every rule is in.
 pub const DOMAIN: &str = "chaos";
 
+/// How long a call (a decision, or an RLQS stream's opening) may take
+/// before the client gives up on it: far past any deadline the service
+/// sets itself, so a call that reaches it was never answered.
+pub const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What a rule's algorithm allows, under config A (`[0]`) and B (`[1]`).
 #[derive(Debug, Clone, Copy)]
 pub enum Shape {

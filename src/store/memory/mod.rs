@@ -26,7 +26,8 @@
 //! in it gives up its least recently used (see `shares.rs`): one rule's flood of new keys
 //! takes only its own part of the capacity, and a rule that holds less
 //! than its fair share never loses a live key. Only a shard that no rule
-//! holds a key of fails the work, as [`StoreErrorKind::Unavailable`].
+//! holds a key of fails the work, as
+//! [`StoreErrorKind::Unavailable`](super::StoreErrorKind::Unavailable).
 
 use std::collections::HashMap;
 use std::hash::Hasher;
