@@ -54,7 +54,7 @@ fn window(unit: u64) -> u64 {
 
 /// Polls until `f` holds (the increments are not awaited by the answer).
 fn eventually(f: impl FnMut() -> bool) -> bool {
-    eventually_within(Duration::from_secs(5), f)
+    support::eventually(Duration::from_secs(5), f)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,16 +240,12 @@ async fn memcache_srv_finds_the_servers_through_dns() {
     let mut on_new = false;
     for _ in 0..50 {
         code(&svc, "hour", "moved").await.expect("answer");
-        if eventually_within(Duration::from_millis(100), || moved.get(&key).is_some()) {
+        if support::eventually(Duration::from_millis(100), || moved.get(&key).is_some()) {
             on_new = true;
             break;
         }
     }
     assert!(on_new, "counted on the server the refreshed record names");
-}
-
-fn eventually_within(within: Duration, f: impl FnMut() -> bool) -> bool {
-    support::eventually(within, f)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -200,19 +200,6 @@ impl Entries for BoardWork {
 }
 
 impl Job<'_> {
-    /// How many entries.
-    pub fn len(&self) -> usize {
-        match self {
-            Job::Limits(w) => w.len(),
-            Job::Boards(w) => Entries::len(*w),
-        }
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Each entry's node, in order.
     pub fn nodes(&self) -> Vec<Option<NodeId>> {
         fn of<J: Entries>(job: &J) -> Vec<Option<NodeId>> {

@@ -53,12 +53,7 @@ pub fn binary() -> PathBuf {
 /// `name`, built in the profile directory of the running executable
 /// (`target/<profile>/`, whether it runs from there or from its `deps/`).
 pub fn built(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the running executable's path");
-    let mut dir = exe.parent().expect("a directory").to_path_buf();
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    let path = dir.join(name);
+    let path = profile_dir().join(name);
     assert!(
         path.exists(),
         "{} is not built: `cargo build --workspace --bins` (scripts/test.sh does it)",
@@ -70,13 +65,20 @@ pub fn built(name: &str) -> PathBuf {
 /// Scratch space under the target directory (`target/tmp`), for what a
 /// test or the soak keeps after it ends.
 pub fn target_tmp() -> PathBuf {
+    let mut dir = profile_dir();
+    dir.pop();
+    dir.join("tmp")
+}
+
+/// `target/<profile>/` of the running executable, whether it runs from
+/// there or from its `deps/`.
+fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the running executable's path");
     let mut dir = exe.parent().expect("a directory").to_path_buf();
     if dir.ends_with("deps") {
         dir.pop();
     }
-    dir.pop();
-    dir.join("tmp")
+    dir
 }
 
 /// The load tool `ratelimit-bench` (the workspace member `bench/`):

@@ -94,8 +94,9 @@ struct Deciding<'w, 'l> {
     locked: Locked<'l>,
     now: Duration,
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: which counters would
-    /// pass their limit (empty unless the policy stops).
+    /// pass their limit (empty unless the policy stops), and whether any.
     exceeds: Vec<bool>,
+    any_exceeds: bool,
     /// What the work would write, so that items on one key see the ones
     /// before them.
     pending: Table<LimiterState>,
@@ -124,6 +125,7 @@ impl<'w, 'l> Deciding<'w, 'l> {
                 .collect(),
             _ => Vec::new(),
         };
+        let any_exceeds = exceeds.iter().any(|&e| e);
         let followed = items
             .iter()
             .any(|c| matches!(c.limit, Limit::Reference { .. }));
@@ -133,6 +135,7 @@ impl<'w, 'l> Deciding<'w, 'l> {
             locked,
             now,
             exceeds,
+            any_exceeds,
             pending: Table::default(),
             writes: Vec::new(),
             results: Vec::with_capacity(items.len()),
@@ -166,8 +169,7 @@ impl<'w, 'l> Deciding<'w, 'l> {
             return (w.decision(after, now_secs), after, after);
         }
         let counts_taken = !matches!(self.work.policy, Policy::Refund { .. });
-        let any_exceeds = self.exceeds.iter().any(|&e| e);
-        let hits = match (counts_taken, any_exceeds) {
+        let hits = match (counts_taken, self.any_exceeds) {
             (false, _) => 0,
             (true, true) if !self.exceeds.get(i).copied().unwrap_or(false) => 0,
             _ => item.cost,
