@@ -470,6 +470,36 @@ async fn lost_scripts_are_loaded_again(redis: &Redis) {
     assert_eq!(r.overall_code, OK);
 }
 
+/// A service loads its scripts on every primary at start: the first
+/// request of each kind (a window, a token bucket) is one script call, with
+/// no `NOSCRIPT` reply on the way, even on servers whose script cache was
+/// flushed before the service started.
+async fn scripts_are_loaded_at_start(redis: &Redis) {
+    let ports = redis.primary_ports();
+    for &port in &ports {
+        assert_eq!(
+            support::redis::redis_cli(port, &["SCRIPT", "FLUSH"]).text(),
+            "OK"
+        );
+        support::redis::redis_cli(port, &["CONFIG", "RESETSTAT"]);
+    }
+    let svc = start(redis, &[]);
+    let value = format!("preload{}", unix_now());
+    assert_eq!(one(&svc, "l5", &value, None).await, (OK, 4));
+    let mut c = svc.client().await;
+    let r = call(&mut c, request("d", vec![desc(&[("tb", &value)])]))
+        .await
+        .expect("call");
+    assert_eq!(r.overall_code, OK);
+    for port in ports {
+        let errors = support::redis::redis_cli(port, &["INFO", "errorstats"]).text();
+        assert!(
+            !errors.contains("NOSCRIPT"),
+            "port {port} answered NOSCRIPT: {errors}"
+        );
+    }
+}
+
 /// With `EXPIRATION_JITTER_MAX_SECONDS` (300 here, the default), a new
 /// counter's TTL is its window plus a draw from 0 .. 299 s, each key its
 /// own: counters of one request (one group per node) and of a request that
@@ -519,6 +549,7 @@ async fn single_redis() {
     mixed_requests_are_one_trip(&redis).await;
     ten_descriptors_are_a_call_per_node(&redis).await;
     lost_scripts_are_loaded_again(&redis).await;
+    scripts_are_loaded_at_start(&redis).await;
     new_keys_expire_with_their_own_jitter(&redis).await;
 }
 
@@ -533,6 +564,7 @@ async fn redis_cluster() {
     mixed_requests_are_one_trip(&redis).await;
     ten_descriptors_are_a_call_per_node(&redis).await;
     lost_scripts_are_loaded_again(&redis).await;
+    scripts_are_loaded_at_start(&redis).await;
     new_keys_expire_with_their_own_jitter(&redis).await;
 }
 

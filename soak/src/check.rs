@@ -137,6 +137,9 @@ pub struct Findings {
     pub boards: Vec<BoardFigures>,
     /// Violations the run would have without the host stalls as faults.
     pub excused_by_host_stalls: usize,
+    /// Calls sent in the warm-up, before the judged run, and how many of
+    /// them were not answered or answered an error: reported, not judged.
+    pub warm_up: (u64, u64),
 }
 
 impl Findings {
@@ -383,7 +386,9 @@ pub fn check(run: &Run<'_>, logs: &[String]) -> Findings {
 
 /// Every call answered (unless its instance was killed), errors only on
 /// `error` rules and only where a fault touched the key, answer times (the
-/// calls' and the RLQS reports', `reports` as send and answer times).
+/// calls' and the RLQS reports', `reports` as send and answer times). A
+/// call sent before the run started belongs to the warm-up: counted, not
+/// judged (the judged run starts once every breaker is closed).
 fn answers(run: &Run<'_>, reports: &[(u64, u64)], findings: &mut Findings) {
     let (mut during, mut outside) = (Vec::new(), Vec::new());
     let mut by_rule: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
@@ -391,6 +396,13 @@ fn answers(run: &Run<'_>, reports: &[(u64, u64)], findings: &mut Findings) {
         let Some((rule, s)) = run.rule_of(d.stream) else {
             continue;
         };
+        if d.send_us < run.start_us {
+            findings.warm_up.0 += 1;
+            if !matches!(d.outcome, Outcome::Ok | Outcome::Over) {
+                findings.warm_up.1 += 1;
+            }
+            continue;
+        }
         let key = format!("{}={}", rule.name, s.value);
         match &d.outcome {
             Outcome::Down | Outcome::Timeout

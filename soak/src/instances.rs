@@ -127,6 +127,24 @@ impl Instance {
         self.child.as_ref().map(Child::id)
     }
 
+    /// The store nodes whose breaker this instance holds open (its `/stats`
+    /// gauges `ratelimit.store.breaker.<node>.open`); `None` when its debug
+    /// port does not answer.
+    pub fn open_breakers(&self) -> Option<Vec<String>> {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.debug));
+        TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+        let stats = support::http(addr, "GET", "/stats", b"");
+        (stats.status == 200).then(|| {
+            stats
+                .body
+                .lines()
+                .filter_map(|l| l.strip_prefix("ratelimit.store.breaker."))
+                .filter_map(|l| l.strip_suffix(".open: 1"))
+                .map(str::to_string)
+                .collect()
+        })
+    }
+
     /// The resident set, KiB.
     pub fn rss_kib(&self) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;

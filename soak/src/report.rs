@@ -111,7 +111,7 @@ impl Report<'_> {
             self.faults.len()
         );
 
-        let total = self.decisions.len();
+        let total = self.decisions.len() - self.findings.warm_up.0 as usize;
         let _ = writeln!(md, "## Bounds, stated and measured\n");
         let _ = writeln!(md, "| bound | measured | held |\n|---|---|---|");
         let row = |md: &mut String, bound: &str, measured: String, held: bool| {
@@ -139,8 +139,8 @@ impl Report<'_> {
             &mut md,
             "every call to a running instance answered",
             format!(
-                "{} of {} answered, {} unanswered; {} sent to a killed instance",
-                f.answered, total, f.unanswered, f.to_dead_instances
+                "{} of {} answered, {} unanswered; {} sent to a killed instance (warm-up, not judged: {} calls, {} not answered or an error)",
+                f.answered, total, f.unanswered, f.to_dead_instances, f.warm_up.0, f.warm_up.1
             ),
             f.unanswered == 0,
         );

@@ -504,6 +504,25 @@ fn a_host_stall_is_a_fault_on_every_key_that_excuses_errors_not_admissions() {
     );
 }
 
+/// A call sent in the warm-up, before the run starts, is counted, not
+/// judged: the same error a second into the run is a violation.
+#[test]
+fn warm_up_calls_are_counted_not_judged() {
+    let id = streams_of("fixed", "f0")[0];
+    let error = || Outcome::Error("Unknown context deadline exceeded".into());
+    let warm_up = Decision {
+        send_us: START - 400_000,
+        answer_us: START - 350_000,
+        ..hit(id, 0, error())
+    };
+    let f = checked(&[warm_up.clone(), hit(id, 10, Outcome::Ok)], &[], &[]);
+    assert!(f.violations.is_empty(), "{:?}", f.violations);
+    assert_eq!(f.warm_up, (1, 1));
+    assert_eq!(f.answered, 1);
+    let judged = checked(&[warm_up, hit(id, 1_000, error())], &[], &[]);
+    assert_eq!(violations(&judged, "no fault touched"), 1);
+}
+
 // ---- the logs ----
 
 #[test]

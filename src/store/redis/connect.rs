@@ -69,7 +69,28 @@ async fn per_node_script(pool: &Pool) -> Option<Script> {
     }
 }
 
-/// Connects one deployment, retrying until `PING` answers `PONG`.
+/// Loads every script the store calls on every primary of the deployment,
+/// so a node's first request pays one script call, not a `NOSCRIPT` reply,
+/// a load and the call again (three round trips, and a Lua compile, that
+/// can outlast a tight `STORE_TIMEOUT` on a busy host and count against
+/// the node's breaker). A refusal is logged: the `NOSCRIPT` path still
+/// loads on first use, and after a failover promotes a replica that never
+/// saw the load. `per_node`: the cluster took the per-node limits script
+/// (already loaded), so the boards' per-node one is loaded too.
+async fn preload_scripts(pool: &Pool, per_node: bool) {
+    let mut texts = vec![super::scripts::LIMITS, super::scripts::BOARD];
+    if per_node {
+        texts.push(super::scripts::BOARD_PER_NODE);
+    }
+    for text in texts {
+        if let Err(e) = Script::from_lua(text).load(pool.next()).await {
+            tracing::warn!(error = %e, "a script was not loaded at start; it loads on its first call");
+        }
+    }
+}
+
+/// Connects one deployment, retrying until `PING` answers `PONG`, with
+/// its scripts loaded.
 async fn connect_one(options: &RedisOptions, retry: StartupRetry) -> Result<Backend, StoreError> {
     let started = Instant::now();
     let mut delay = retry.initial.max(Duration::from_millis(10));
@@ -94,6 +115,7 @@ async fn connect_one(options: &RedisOptions, retry: StartupRetry) -> Result<Back
                 } else {
                     (None, None)
                 };
+                preload_scripts(&pool, node_script.is_some()).await;
                 return Ok(Backend {
                     discovery,
                     pool,
