@@ -25,6 +25,7 @@ mod envoy_refunds;
 mod envoy_rlqs;
 mod headers;
 mod hot_keys;
+mod local_first;
 mod memcache;
 mod redis_faults;
 mod redis_infra;

@@ -1176,13 +1176,6 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 5}
 ";
 
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs()
-}
-
 /// The calendar's current period, at least `margin` seconds before its
 /// end (waits past an end that is closer).
 fn period_away_from_its_end(

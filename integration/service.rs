@@ -69,13 +69,6 @@ fn start(env: &[(&str, &str)]) -> Service {
     Service::start(&[("rules.yaml", RULES)], env)
 }
 
-fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs()
-}
-
 async fn hit(
     svc: &Service,
     d: Vec<envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor>,
@@ -237,7 +230,7 @@ async fn sv07_like(env: &[(&str, &str)], names: [&str; 3]) {
     let svc = start(env);
     hit(&svc, vec![desc(&[("foo", "bar")])], 10).await;
     let mut c = svc.client().await;
-    let before = now_secs();
+    let before = unix_now();
     let r = call(
         &mut c,
         request(
@@ -247,7 +240,7 @@ async fn sv07_like(env: &[(&str, &str)], names: [&str; 3]) {
     )
     .await
     .expect("ok");
-    let after = now_secs();
+    let after = unix_now();
     assert_eq!(r.overall_code, OVER);
     assert_eq!(
         (r.statuses[0].code, r.statuses[0].limit_remaining),

@@ -153,6 +153,7 @@ pub(super) fn engine_options(settings: &Settings) -> EngineOptions {
         shadow_mode: r.shadow_mode,
         quota_mode: r.quota_mode,
         response_dynamic_metadata: r.dynamic_metadata,
+        local_first_sync_interval: settings.hot_keys.lease.local_first_sync_interval,
         response_headers: r.headers.enabled.then(|| HeaderNames {
             limit: r.headers.limit.clone(),
             remaining: r.headers.remaining.clone(),
@@ -247,5 +248,6 @@ pub(super) fn lease_options(s: &LeaseSettings) -> LeaseOptions {
         duration: s.duration,
         ttl: s.ttl,
         max_share: s.max_share,
+        max_over: s.local_first_max_over,
     }
 }

@@ -41,6 +41,7 @@ pub const VALID_KEYS: &[&str] = &[
     "time_zone",
     "max_in_flight",
     "max_duration",
+    "sync_interval",
 ];
 
 /// A failed check: the message and the 1-based line of the offending node.

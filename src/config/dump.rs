@@ -10,7 +10,8 @@ use super::tree::DescriptorTree;
 /// each ending in `\n`; a rule with extension limits adds
 /// `, limits: <algorithm> <n>/<seconds>s[ burst <b>], …` before it (a
 /// calendar limit `<n>/calendar <unit> <zone>`), and a calendar rule in
-/// the original's vocabulary `, calendar: <unit> <zone>`. Order is deterministic: domains in load order, a
+/// the original's vocabulary `, calendar: <unit> <zone>`; a local-first
+/// window adds its `sync_interval` and bound. Order is deterministic: domains in load order, a
 /// node before its descendants, siblings in document order.
 pub fn dump(tree: &DescriptorTree) -> String {
     let mut out = String::new();
@@ -61,14 +62,28 @@ pub fn dump(tree: &DescriptorTree) -> String {
             if l.hot.lease {
                 out.push_str(" lease");
             }
+            write_sync(&mut out, l.sync_interval, l.requests_per_unit);
             write_failure(&mut out, &l.failure);
         }
         if rule.limits.is_empty() {
+            write_sync(&mut out, rule.sync_interval, rule.requests_per_unit);
             write_failure(&mut out, &rule.failure);
         }
         out.push('\n');
     }
     out
+}
+
+/// `, sync_interval: <d> (at most <L> + N·⌊ε·<L>/N⌋ a window)` for a
+/// local-first window: its bound, with `N` the instances and `ε`
+/// `LOCAL_FIRST_MAX_OVER`.
+fn write_sync(out: &mut String, interval: Option<std::time::Duration>, limit: u32) {
+    if let Some(d) = interval {
+        let _ = write!(
+            out,
+            ", sync_interval: {d:?} (at most {limit} + N·⌊ε·{limit}/N⌋ a window)"
+        );
+    }
 }
 
 /// ` failure_mode <mode>[ fallback <n>]`, only when the rule sets one;

@@ -191,6 +191,16 @@ pub enum ConfigErrorKind {
     #[error("invalid max_duration '{0}' (expected a positive duration such as 60s or 1m30s)")]
     InvalidMaxDuration(String),
 
+    /// A `sync_interval` that is not a positive duration.
+    #[error("invalid sync_interval '{0}' (expected a positive duration such as 50ms)")]
+    InvalidSyncInterval(String),
+
+    /// `sync_interval` on a limit that is not a fixed window.
+    #[error(
+        "sync_interval applies to fixed windows (the original's, or calendar: true), not with {0}"
+    )]
+    SyncIntervalWith(&'static str),
+
     /// `max_in_flight` or `max_duration` on another algorithm.
     #[error("{0} applies to algorithm: concurrency only")]
     InFlightWithoutConcurrency(&'static str),

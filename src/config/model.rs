@@ -78,6 +78,9 @@ pub(crate) struct RawRateLimit {
     pub(crate) max_in_flight: Option<u32>,
     /// Extension: `max_duration:` of an in-flight limit ("" when absent).
     pub(crate) max_duration: String,
+    /// Extension: `sync_interval:` of a local-first fixed window ("" when
+    /// absent).
+    pub(crate) sync_interval: String,
 }
 
 /// One `replaces` entry.
@@ -283,6 +286,7 @@ impl Decoder {
                         "calendar" => rl.calendar = self.bool(value),
                         "max_in_flight" => rl.max_in_flight = self.optional_uint32(value),
                         "max_duration" => rl.max_duration = self.string(value),
+                        "sync_interval" => rl.sync_interval = self.string(value),
                         "time_zone" => {
                             rl.time_zone = self.string(value);
                             rl.time_zone_line = value.line;

@@ -90,6 +90,11 @@ pub struct RateLimitRule {
     /// are the calendar's, on keys of their own. `None`: the original's
     /// epoch-aligned windows and keys.
     pub calendar: Option<crate::limiter::Calendar>,
+    /// `sync_interval` on a rule in the original's vocabulary: its window
+    /// is decided local-first, written back this often (see
+    /// [`crate::resilience::leases::local`]). `None`: at the store, or as
+    /// `LOCAL_FIRST_SYNC_INTERVAL` says.
+    pub sync_interval: Option<std::time::Duration>,
 }
 
 /// One limit of a rule that uses the extension keys.
@@ -119,6 +124,8 @@ pub struct ConfiguredLimit {
     /// `calendar: true`: a fixed window over the calendar's periods (the
     /// limiter then holds the unit's nominal length, for failure floors).
     pub calendar: Option<crate::limiter::Calendar>,
+    /// `sync_interval` on a calendar window: decided local-first.
+    pub sync_interval: Option<std::time::Duration>,
 }
 
 /// A limit's remedies for a hot key (extensions, both off by default).
@@ -215,6 +222,7 @@ impl RateLimitRule {
             limits: Vec::new(),
             failure: FailurePolicy::default(),
             calendar: None,
+            sync_interval: None,
         }
     }
 }

@@ -122,13 +122,14 @@ fn load_descriptors(
                 d.line,
             ));
         }
-        let (unit, failure, calendar) = match &d.rate_limit {
+        let (unit, failure, calendar, sync_interval) = match &d.rate_limit {
             Some(rl) => (
                 Some(check_rate_limit(file, rl)?),
                 failure_policy(file, rl)?,
                 calendar_of(file, rl)?,
+                sync_interval_of(file, rl)?,
             ),
-            None => (None, FailurePolicy::default(), None),
+            None => (None, FailurePolicy::default(), None, None),
         };
         let (blocks, limits) = extension_limits(file, d)?;
         if d.share_threshold && !composite.contains('*') {
@@ -172,6 +173,7 @@ fn load_descriptors(
                 limits: limits.clone(),
                 failure,
                 calendar: calendar.clone(),
+                sync_interval,
             })
         });
         let rule = child.limit.clone();
@@ -264,6 +266,66 @@ fn check_in_flight(rl: &RawRateLimit) -> Result<Option<Unit>, (ConfigErrorKind, 
     }
     max_duration_of(rl)?;
     Ok(Some(Unit::Unknown))
+}
+
+/// The block's `sync_interval`: a positive duration, on a fixed window
+/// only (the original's, or a calendar's), whose counter can be counted
+/// first and written after. Every other limit is decided at the store: an
+/// exact one (`sliding_log`, `concurrency`) by what it is, the others
+/// because their local-first bound is not built yet.
+fn sync_interval_of(
+    file: &str,
+    rl: &RawRateLimit,
+) -> Result<Option<std::time::Duration>, ConfigError> {
+    if rl.sync_interval.is_empty() {
+        return Ok(None);
+    }
+    let err = |kind, hint: Option<&str>| ConfigError {
+        hint: hint.map(str::to_string),
+        ..ConfigError::new(file, kind, Some(rl.line))
+    };
+    let algorithm = rl.algorithm.as_str();
+    let other = [
+        (
+            is_concurrency(rl),
+            "algorithm: concurrency",
+            Some("an in-flight limit is exact: drop sync_interval"),
+        ),
+        (
+            algorithm == AlgorithmName::SlidingLog.as_str(),
+            "algorithm: sliding_log",
+            Some("an exact log is decided at the store: drop sync_interval"),
+        ),
+        (
+            !algorithm.is_empty() && algorithm != AlgorithmName::FixedWindow.as_str(),
+            "this algorithm",
+            Some("drop sync_interval, or use a fixed window"),
+        ),
+        (rl.burst.is_some(), "burst", None),
+        (
+            rl.unit_multiplier.is_some_and(|m| m != 1),
+            "unit_multiplier",
+            None,
+        ),
+        (rl.shards.is_some(), "shards", None),
+        (
+            rl.lease,
+            "lease",
+            Some("a local-first window needs no lease: drop lease"),
+        ),
+        (rl.unlimited, "unlimited", None),
+    ];
+    if let Some((_, key, hint)) = other.into_iter().find(|(set, ..)| *set) {
+        return Err(err(ConfigErrorKind::SyncIntervalWith(key), hint));
+    }
+    crate::settings::parse::parse_positive_duration(&rl.sync_interval)
+        .map(Some)
+        .map_err(|_| {
+            err(
+                ConfigErrorKind::InvalidSyncInterval(rl.sync_interval.clone()),
+                None,
+            )
+        })
 }
 
 /// An in-flight limit's `max_duration`.
@@ -512,6 +574,17 @@ fn build_limit(file: &str, rl: &RawRateLimit) -> Result<ConfiguredLimit, ConfigE
     )
     .map_err(|e| err(ConfigErrorKind::InvalidLimit(e)))?;
     let calendar = calendar_of(file, rl)?;
+    let sync_interval = sync_interval_of(file, rl)?;
+    if sync_interval.is_some() && calendar.is_none() {
+        // Only the original's counter and a calendar's are counted first
+        // and written after; an extension's fixed window is its limiter's.
+        return Err(ConfigError {
+            hint: Some(
+                "use a single rate_limit in the original's vocabulary, or calendar: true".into(),
+            ),
+            ..err(ConfigErrorKind::SyncIntervalWith("rate_limits"))
+        });
+    }
     let hot = hot_key_policy(rl, &limiter).map_err(err)?;
     let sub_buckets = if hot.shards > 1 {
         let k = u64::from(hot.shards);
@@ -541,6 +614,7 @@ fn build_limit(file: &str, rl: &RawRateLimit) -> Result<ConfiguredLimit, ConfigE
         hot,
         sub_buckets,
         calendar,
+        sync_interval,
     })
 }
 

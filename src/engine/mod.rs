@@ -73,6 +73,9 @@ pub struct EngineOptions {
     pub quota_mode: bool,
     /// `RESPONSE_DYNAMIC_METADATA`.
     pub response_dynamic_metadata: bool,
+    /// `LOCAL_FIRST_SYNC_INTERVAL`: fixed windows whose rule sets no
+    /// `sync_interval` are local-first with this one.
+    pub local_first_sync_interval: Option<Duration>,
     /// `LIMIT_RESPONSE_HEADERS_ENABLED` with the header names.
     pub response_headers: Option<HeaderNames>,
     /// `LIMIT_RESPONSE_HEADERS_FORMAT`: which headers, when enabled.
@@ -139,6 +142,7 @@ impl Default for EngineOptions {
             shadow_mode: false,
             quota_mode: false,
             response_dynamic_metadata: false,
+            local_first_sync_interval: None,
             response_headers: None,
             header_format: HeaderFormat::Original,
             retry_after_jitter: Duration::ZERO,
@@ -411,6 +415,7 @@ impl Engine {
             failure: self.options.failure,
             placement: &*self.placement,
             expiration_jitter: self.options.expiration_jitter(),
+            local_first: self.options.local_first_sync_interval,
         };
         let mut plan = plan::Plan::new();
         let limits = std::mem::take(&mut matched.limits);

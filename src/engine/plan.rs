@@ -80,6 +80,9 @@ pub(crate) struct PlanOptions<'a> {
     pub(crate) placement: &'a dyn Placement,
     /// `EXPIRATION_JITTER_MAX_SECONDS`, for the original's counters.
     pub(crate) expiration_jitter: u64,
+    /// `LOCAL_FIRST_SYNC_INTERVAL`: the write-back interval of fixed
+    /// windows whose rule sets none.
+    pub(crate) local_first: Option<std::time::Duration>,
 }
 
 impl PlanOptions<'_> {
@@ -198,6 +201,7 @@ impl Plan {
                     .on_failure(&limit.rule.failure, original.limit),
                 lease: false,
                 replicated: limit.rule.failure.replicated(),
+                sync_interval: limit.rule.sync_interval.or(options.local_first),
             };
             if options.all_or_nothing {
                 let binding = options.decided_binds(index, limit.rule.shadow_mode);
@@ -237,6 +241,7 @@ impl Plan {
                         .on_failure(&l.failure, u64::from(l.requests_per_unit)),
                     lease: l.hot.lease,
                     replicated: l.failure.replicated(),
+                    sync_interval: None,
                 };
                 if let Some(calendar) = &l.calendar {
                     // A calendar's fixed window: decided before it is
@@ -247,6 +252,7 @@ impl Plan {
                     items.push(Item {
                         rule: RuleOptions {
                             lease: false,
+                            sync_interval: l.sync_interval.or(options.local_first),
                             ..rule
                         },
                         ..options.item(key, Limit::Window(original), hits, binding)

@@ -113,6 +113,25 @@ pub const LEASE_STORE_CALL: &str = "ratelimit.lease.store_call";
 /// `ratelimit.lease.local_decision` (ours): leased items answered from a
 /// lease or a remembered refusal, with no store call.
 pub const LEASE_LOCAL_DECISION: &str = "ratelimit.lease.local_decision";
+/// `ratelimit.local_first.local_decision` (ours): decisions of
+/// local-first windows answered from this instance's view, with no store
+/// call.
+pub const LOCAL_FIRST_LOCAL_DECISION: &str = "ratelimit.local_first.local_decision";
+/// `ratelimit.local_first.store_decision` (ours): decisions of local-first
+/// windows sent to the store (near the limit, cold and uncounted, stale,
+/// or a read or give-back).
+pub const LOCAL_FIRST_STORE_DECISION: &str = "ratelimit.local_first.store_decision";
+/// `ratelimit.local_first.sync_call` (ours): write-back works sent (one
+/// script call per Redis node each).
+pub const LOCAL_FIRST_SYNC_CALL: &str = "ratelimit.local_first.sync_call";
+/// `ratelimit.local_first.sync_keys` (ours): keys written back.
+pub const LOCAL_FIRST_SYNC_KEYS: &str = "ratelimit.local_first.sync_keys";
+/// `ratelimit.local_first.sync_failed` (ours): keys whose write-back
+/// failed (owed still, sent again).
+pub const LOCAL_FIRST_SYNC_FAILED: &str = "ratelimit.local_first.sync_failed";
+/// `ratelimit.local_first.instances` (ours): the instances counted on the
+/// store in the last second, which each view's share divides by.
+pub const LOCAL_FIRST_INSTANCES: &str = "ratelimit.local_first.instances";
 /// `ratelimit.lease.taken` (ours): leases taken.
 pub const LEASE_TAKEN: &str = "ratelimit.lease.taken";
 /// `ratelimit.lease.tokens_taken` (ours): tokens taken in leases.

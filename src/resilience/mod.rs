@@ -7,9 +7,11 @@
 //! - [`Fallback`]: items the store could not answer are answered by their
 //!   rule's `failure_mode`: `open` by a local floor, `closed` by a denial,
 //!   `error` left failing (the original's UNKNOWN);
-//! - [`Leases`]: leased hot keys answered from batches (below the
-//!   fallback, so that a lease is spent during an outage and a failed take
-//!   is answered by the rule's policy for the request's own cost);
+//! - [`Leases`]: leased hot keys answered from batches, and local-first
+//!   windows from this instance's views, written back in batches (below
+//!   the fallback, so that a lease or a view is spent during an outage and
+//!   a failed take is answered by the rule's policy for the request's own
+//!   cost);
 //! - [`Breaker`]: a [`circuit::Circuit`] per store node, named in each item;
 //!   an open one sends nothing and fails its items at once;
 //! - [`Deadline`]: `STORE_TIMEOUT` on every call, or the caller's own
@@ -83,6 +85,7 @@ pub fn wrap<S: Store + 'static>(store: S, layers: Layers, clock: Arc<dyn Clock>)
             store: Arc::new(Fallback::new(store, clock)),
             leases: None,
             _sweeper: None,
+            _write_back: None,
         };
     };
     let timed = Deadline::new(store, options.timeout);
@@ -94,10 +97,12 @@ pub fn wrap<S: Store + 'static>(store: S, layers: Layers, clock: Arc<dyn Clock>)
     let sweeper = leased.spawn_sweeper(
         (leases.ttl / 4).clamp(Duration::from_millis(10), Duration::from_millis(250)),
     );
+    let write_back = leased.spawn_write_back();
     Wrapped {
         store: Arc::new(Fallback::new(Arc::clone(&leased), clock)),
         leases: Some(leased),
         _sweeper: Some(AbortOnDrop(sweeper)),
+        _write_back: Some(AbortOnDrop(write_back)),
     }
 }
 
@@ -110,6 +115,7 @@ pub struct Wrapped {
     /// returned at shutdown).
     pub leases: Option<Arc<Leases<Arc<dyn Store>>>>,
     _sweeper: Option<AbortOnDrop>,
+    _write_back: Option<AbortOnDrop>,
 }
 
 /// Stops a background task when dropped.

@@ -100,8 +100,9 @@ pub struct HotKeySettings {
     pub top_k: usize,
 }
 
-/// Token leasing (ours): `LEASE_MIN_RATE`, `LEASE_DURATION`, `LEASE_TTL`,
-/// `LEASE_MAX_SHARE`.
+/// Token leasing and local-first windows (ours, one mechanism):
+/// `LEASE_MIN_RATE`, `LEASE_DURATION`, `LEASE_TTL`, `LEASE_MAX_SHARE`,
+/// `LOCAL_FIRST_SYNC_INTERVAL`, `LOCAL_FIRST_MAX_OVER`.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct LeaseSettings {
     /// `LEASE_MIN_RATE`: decisions per second below which a key is not
@@ -113,6 +114,13 @@ pub struct LeaseSettings {
     pub ttl: Duration,
     /// `LEASE_MAX_SHARE`: the largest batch as a share of the capacity.
     pub max_share: f64,
+    /// `LOCAL_FIRST_SYNC_INTERVAL`: the write-back interval of fixed
+    /// windows whose rule sets none; `None` (0): they are decided at the
+    /// store.
+    pub local_first_sync_interval: Option<Duration>,
+    /// `LOCAL_FIRST_MAX_OVER`: the over-admission a local-first window may
+    /// reach, as a share of its limit.
+    pub local_first_max_over: f64,
 }
 
 /// RLQS, the rate limit quota service (ours).
@@ -182,6 +190,11 @@ impl HotKeySettings {
                 duration: r.get(ENV_LEASE_DURATION, parse_positive_duration),
                 ttl: r.get(ENV_LEASE_TTL, parse_positive_duration),
                 max_share: r.get(ENV_LEASE_MAX_SHARE, parse_share),
+                local_first_sync_interval: Some(
+                    r.get(ENV_LOCAL_FIRST_SYNC_INTERVAL, parse_duration),
+                )
+                .filter(|d| !d.is_zero()),
+                local_first_max_over: r.get(ENV_LOCAL_FIRST_MAX_OVER, parse_share),
             },
             top_k: r.get(ENV_HOT_KEYS_TOP_K, |s| {
                 parse_count(s).map(|n| usize::try_from(n).unwrap_or(usize::MAX))

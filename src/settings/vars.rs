@@ -406,6 +406,16 @@ vars! {
     ENV_RLQS_SYNC_INTERVAL = "RLQS_SYNC_INTERVAL", Duration, "250ms", Active;
     /// The largest batch as a share of the limit, in (0, 1]. Ours; default `0.05`.
     ENV_LEASE_MAX_SHARE = "LEASE_MAX_SHARE", Float, "0.05", Active;
+    /// The `sync_interval` of every fixed window (the original's, or a
+    /// calendar's) whose rule sets none: its decisions are local-first,
+    /// written back this often (needs a shared store). Ours; default `0`:
+    /// off, every decision at the store.
+    ENV_LOCAL_FIRST_SYNC_INTERVAL = "LOCAL_FIRST_SYNC_INTERVAL", Duration, "0", Active;
+    /// The most a local-first window may admit over its limit, as a share
+    /// of it, in (0, 1]: each instance holds at most this share, divided
+    /// by the instance count, admitted and not yet written. Ours; default
+    /// `0.01`.
+    ENV_LOCAL_FIRST_MAX_OVER = "LOCAL_FIRST_MAX_OVER", Float, "0.01", Active;
     /// How many of the busiest keys `/hotkeys` and the `ratelimit.hot_keys`
     /// gauges show; `0` turns detection off. Ours; default `16`.
     ENV_HOT_KEYS_TOP_K = "HOT_KEYS_TOP_K", Int, "16", Active;

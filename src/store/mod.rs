@@ -149,6 +149,12 @@ pub struct RuleOptions {
     /// (for its `on_failure` to answer) when none did within the deadline.
     /// A store with no replicas to ask (memory, memcache) ignores it.
     pub replicated: bool,
+    /// The rule's fixed window is local-first, written back this often:
+    /// the [`crate::resilience::Leases`] layer may admit it from this
+    /// instance's view within its share (see
+    /// [`crate::resilience::leases::local`]). Read for the original's
+    /// windows only ([`Limit::Counter`], [`Limit::Window`]).
+    pub sync_interval: Option<Duration>,
 }
 
 impl Item {

@@ -435,6 +435,14 @@ pub fn refused_start(files: &[(&str, &str)], env: &[(&str, &str)]) -> String {
     err
 }
 
+/// Now, in Unix seconds.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+}
+
 /// Waits until fewer than `margin` seconds remain to the next multiple of
 /// `unit` would be crossed, so a short scenario stays in one window.
 pub fn wait_for_fresh_window(unit: u64, margin: u64) {

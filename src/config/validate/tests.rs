@@ -618,3 +618,76 @@ fn calendar_refusals_say_what_where_and_what_was_meant() {
     let e = error_of(&block("day", "      time_zon: UTC\n"));
     assert_eq!(e.hint.as_deref(), Some("did you mean 'time_zone'?"));
 }
+
+#[test]
+fn sync_interval_makes_a_fixed_window_local_first() {
+    let rule = rule_of(&format!(
+        "{HEAD}    rate_limit:\n      unit: minute\n      requests_per_unit: 1000\n      sync_interval: 50ms\n"
+    ));
+    assert!(rule.is_original(), "the original's window and keys");
+    assert_eq!(rule.sync_interval, Some(Duration::from_millis(50)));
+    let calendar = rule_of(&format!(
+        "{HEAD}    rate_limit:\n      unit: day\n      requests_per_unit: 1000\n      calendar: true\n      sync_interval: 1s\n"
+    ));
+    assert!(calendar.calendar.is_some());
+    assert_eq!(calendar.sync_interval, Some(Duration::from_secs(1)));
+    let plain = rule_of(&format!(
+        "{HEAD}    rate_limit:\n      unit: minute\n      requests_per_unit: 1000\n"
+    ));
+    assert_eq!(plain.sync_interval, None, "absent: as the setting says");
+}
+
+#[test]
+fn sync_interval_is_refused_where_the_store_must_decide() {
+    let window = "      unit: minute\n      requests_per_unit: 100\n";
+    let cases = [
+        (
+            format!("{HEAD}    rate_limit:\n{window}      sync_interval: soon\n"),
+            ConfigErrorKind::InvalidSyncInterval("soon".into()),
+        ),
+        (
+            format!("{HEAD}    rate_limit:\n{window}      sync_interval: 0s\n"),
+            ConfigErrorKind::InvalidSyncInterval("0s".into()),
+        ),
+        (
+            format!("{HEAD}    rate_limit:\n{window}      algorithm: sliding_log\n      sync_interval: 50ms\n"),
+            ConfigErrorKind::SyncIntervalWith("algorithm: sliding_log"),
+        ),
+        (
+            format!("{HEAD}    rate_limit:\n      algorithm: concurrency\n      max_in_flight: 3\n      max_duration: 60s\n      sync_interval: 50ms\n"),
+            ConfigErrorKind::SyncIntervalWith("algorithm: concurrency"),
+        ),
+        (
+            format!("{HEAD}    rate_limit:\n{window}      algorithm: token_bucket\n      sync_interval: 50ms\n"),
+            ConfigErrorKind::SyncIntervalWith("this algorithm"),
+        ),
+        (
+            format!("{HEAD}    rate_limit:\n{window}      unit_multiplier: 5\n      sync_interval: 50ms\n"),
+            ConfigErrorKind::SyncIntervalWith("unit_multiplier"),
+        ),
+    ];
+    for (yaml, kind) in cases {
+        let e = error_of(&yaml);
+        assert_eq!(e.kind, kind, "{yaml}");
+        assert_eq!(e.line, Some(5), "the block's line: {yaml}");
+        assert!(e.to_string().starts_with("f.yaml: "), "{e}");
+    }
+    let e = error_of(&format!(
+        "{HEAD}    rate_limits:\n      - unit: minute\n        requests_per_unit: 100\n        algorithm: fixed_window\n        sync_interval: 50ms\n"
+    ));
+    assert_eq!(e.kind, ConfigErrorKind::SyncIntervalWith("rate_limits"));
+    assert_eq!(e.line, Some(5), "the item's line");
+}
+
+#[test]
+fn a_local_first_window_shows_its_bound_in_the_dump() {
+    let dump = load_one(&format!(
+        "{HEAD}    rate_limit:\n      unit: minute\n      requests_per_unit: 1000\n      sync_interval: 50ms\n"
+    ))
+    .expect("valid")
+    .dump();
+    assert_eq!(
+        dump,
+        "d.k: unit=MINUTE requests_per_unit=1000, shadow_mode: false, quota_mode: false, sync_interval: 50ms (at most 1000 + N·⌊ε·1000/N⌋ a window)\n"
+    );
+}

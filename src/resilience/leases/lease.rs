@@ -47,6 +47,9 @@ pub struct LeaseOptions {
     /// `LEASE_MAX_SHARE`: the largest batch as a share of the limit's
     /// capacity.
     pub max_share: f64,
+    /// `LOCAL_FIRST_MAX_OVER`: the over-admission a local-first window may
+    /// reach, as a share of its limit (`ε` in [`super::local`]).
+    pub max_over: f64,
 }
 
 impl Default for LeaseOptions {
@@ -56,6 +59,7 @@ impl Default for LeaseOptions {
             duration: Duration::from_millis(100),
             ttl: Duration::from_secs(1),
             max_share: 0.05,
+            max_over: 0.01,
         }
     }
 }

@@ -48,13 +48,17 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 pub mod lease;
+pub mod local;
 pub mod rate;
+mod sync;
 mod table;
+mod views;
 
 pub use lease::{Lease, LeaseOptions};
 pub use rate::RateMeter;
 use table::Ended;
 pub use table::LeaseTable;
+pub use views::{stale_after, Fleet};
 
 use crate::limiter::{Clock, Decision};
 use crate::metrics;
@@ -79,6 +83,8 @@ enum Step {
     Take(u64),
     /// Another request is taking for this key.
     Wait,
+    /// Admitted from a local-first window's view, its counter after.
+    Viewed(Decision, u64),
 }
 
 /// A store whose leased hot keys are answered from batches of tokens.
@@ -88,6 +94,7 @@ pub struct Leases<S> {
     options: LeaseOptions,
     clock: Arc<dyn Clock>,
     table: Arc<LeaseTable>,
+    fleet: Arc<Fleet>,
 }
 
 impl<S: Store + 'static> Leases<S> {
@@ -99,7 +106,13 @@ impl<S: Store + 'static> Leases<S> {
             options,
             clock,
             table: Arc::new(LeaseTable::new()),
+            fleet: Arc::new(Fleet::default()),
         }
+    }
+
+    /// What the write-back knows of the fleet (for `/rlconfig`).
+    pub fn fleet(&self) -> Arc<Fleet> {
+        Arc::clone(&self.fleet)
     }
 
     /// The table, for `/hotkeys`.
@@ -125,9 +138,10 @@ impl<S: Store + 'static> Leases<S> {
         })
     }
 
-    /// Gives every lease back to the store (at shutdown): how many tokens
-    /// were returned.
+    /// Gives every lease back to the store, and writes every view's
+    /// admissions (at shutdown): how many tokens were returned.
     pub async fn return_all(&self) -> u64 {
+        self.write_back_now().await;
         let all = self.table.ended(self.clock.now(), true);
         give_back(self.inner.as_ref(), all).await
     }
@@ -144,6 +158,10 @@ impl<S: Store + 'static> Leases<S> {
         let mut steps = Vec::with_capacity(items.len());
         let mut waits = Vec::new();
         for c in items {
+            if let Some(step) = self.view_step(c, now, first) {
+                steps.push(step);
+                continue;
+            }
             if c.give_back && c.rule.lease {
                 steps.push(self.give_back_locally(c, now).unwrap_or(Step::Store));
                 continue;
@@ -232,10 +250,20 @@ impl<S: Store + 'static> Leases<S> {
         Some(Step::Local(decision, lease.taken_at))
     }
 
-    /// Puts back what `steps` spent from leases (the request was refused);
-    /// a give-back stays given.
-    fn unspend(&self, items: &[Item], steps: &[Step]) {
+    /// Puts back what `steps` spent from leases and views (the request was
+    /// refused); a give-back stays given.
+    /// With `policy`, the request was answered; without, it is planned
+    /// again (and every view's admission is taken back).
+    fn unspend(&self, items: &[Item], steps: &[Step], policy: Option<Policy>) {
         for (c, step) in items.iter().zip(steps) {
+            // A counter counts whatever its request decides, but where
+            // `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` stops it.
+            let counted = matches!(c.limit, Limit::Counter(_))
+                && policy.is_some_and(|p| p != Policy::CommitStopping);
+            if let (Step::Viewed(..), false) = (step, counted) {
+                self.unview(c);
+                continue;
+            }
             if let (false, Step::Local(d, _)) = (c.give_back, step) {
                 if d.is_allowed() {
                     if let Some(l) = self
@@ -303,7 +331,7 @@ impl<S: Store + 'static> Leases<S> {
         if !waits.is_empty() {
             // Spend nothing and take nothing yet: wait, then plan again
             // without waiting.
-            self.unspend(items, &steps);
+            self.unspend(items, &steps, None);
             self.end_takes(items, &steps);
             let wait = async {
                 let futures = waits.iter_mut().map(|rx| rx.changed());
@@ -323,12 +351,27 @@ impl<S: Store + 'static> Leases<S> {
         if local > 0 {
             ::metrics::counter!(metrics::LEASE_LOCAL_DECISION).increment(local as u64);
         }
+        let viewed = steps
+            .iter()
+            .filter(|s| matches!(s, Step::Viewed(..)))
+            .count();
+        let of_views = items
+            .iter()
+            .filter(|c| c.rule.sync_interval.is_some())
+            .count();
+        if viewed > 0 {
+            ::metrics::counter!(metrics::LOCAL_FIRST_LOCAL_DECISION).increment(viewed as u64);
+        }
+        if of_views > viewed {
+            ::metrics::counter!(metrics::LOCAL_FIRST_STORE_DECISION)
+                .increment((of_views - viewed) as u64);
+        }
         let local_refusal = items
             .iter()
             .zip(&steps)
             .any(|(c, s)| c.binding && matches!(s, Step::Local(d, _) if !d.is_allowed()));
         let to_store: Vec<usize> = (0..items.len())
-            .filter(|&i| !matches!(steps[i], Step::Local(..)))
+            .filter(|&i| !matches!(steps[i], Step::Local(..) | Step::Viewed(..)))
             .collect();
 
         let mut answers: Vec<Option<Result<Answer, StoreError>>> = steps
@@ -338,6 +381,11 @@ impl<S: Store + 'static> Leases<S> {
                     decision: *decision,
                     count: 0,
                     at: *at,
+                }))),
+                Step::Viewed(decision, count) => Some(Ok(Answer::Decided(Decided {
+                    decision: *decision,
+                    count: *count,
+                    at: now,
                 }))),
                 _ => None,
             })
@@ -402,6 +450,7 @@ impl<S: Store + 'static> Leases<S> {
                         Ok(Answer::Decided(checked))
                     }
                     (step, Ok(Answer::Decided(checked))) => {
+                        self.observe(c, checked.count);
                         let take = match step {
                             Step::Take(batch) => Some(batch),
                             _ => None,
@@ -416,7 +465,7 @@ impl<S: Store + 'static> Leases<S> {
             self.end_takes(items, &steps);
         }
         if !committed {
-            self.unspend(items, &steps);
+            self.unspend(items, &steps, Some(policy));
         }
         Reply {
             answers: answers
@@ -516,10 +565,11 @@ impl<S: Store + 'static> Store for Leases<S> {
         match job {
             Job::Limits(work)
                 if work.policy.commits()
-                    && work
-                        .items
-                        .iter()
-                        .any(|c| c.rule.lease && (c.binding || c.give_back)) =>
+                    && work.items.iter().any(|c| {
+                        (c.rule.lease && (c.binding || c.give_back))
+                            || (c.rule.sync_interval.is_some()
+                                && c.limit.original_window().is_some())
+                    }) =>
             {
                 Done::Limits(self.leased(&work.items, work.policy, deadline).await)
             }

@@ -1,6 +1,7 @@
 //! The lease table: what this instance knows of each key of a leased
-//! rule (its meters, its lease, the store's last answer), in shards of
-//! their own locks, shared by the layer, the sweeper and `/hotkeys`.
+//! rule (its meters, its lease, the store's last answer) or of a
+//! local-first window (its view), in shards of their own locks, shared by
+//! the layer, the sweeper, the write-back and `/hotkeys`.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -9,8 +10,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::local::View;
 use super::{Lease, RateMeter};
-use crate::store::Limit;
+use crate::store::{Limit, NodeId};
 
 /// Key shards of the table (each its own lock).
 const SHARDS: usize = 16;
@@ -42,6 +44,15 @@ pub(super) struct KeyState {
     /// A take in flight; dropped when it is answered, which wakes the
     /// requests subscribed to it.
     pub(super) taking: Option<watch::Sender<()>>,
+    /// A local-first window's view (see [`super::local`]).
+    pub(super) view: Option<View>,
+    /// The end of the view's window (Unix seconds): the view is kept until
+    /// then, so that the key is not cold again within its window.
+    pub(super) window_end: u64,
+    /// The node that serves the key, for the write-back's items.
+    pub(super) node: Option<NodeId>,
+    /// The key waits in its shard's write-back queue.
+    pub(super) queued: bool,
 }
 
 /// An ended lease on its way back to the store: key, limit, lease.
@@ -51,6 +62,8 @@ pub(super) type Ended = (String, Limit, Lease);
 #[derive(Debug)]
 pub struct LeaseTable {
     shards: Vec<Mutex<HashMap<String, KeyState>>>,
+    /// Per shard, the keys whose view has admissions to write back.
+    queues: Vec<Mutex<Vec<String>>>,
     hasher: RandomState,
     /// Leases replaced by a new take before the sweeper saw them end, with
     /// tokens left: the sweeper returns them with the ended ones.
@@ -61,15 +74,56 @@ impl LeaseTable {
     pub(super) fn new() -> LeaseTable {
         LeaseTable {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            queues: (0..SHARDS).map(|_| Mutex::new(Vec::new())).collect(),
             hasher: RandomState::new(),
             replaced: Mutex::new(Vec::new()),
         }
     }
 
+    fn index(&self, key: &str) -> usize {
+        (self.hasher.hash_one(key) as usize) % SHARDS
+    }
+
     pub(super) fn shard(&self, key: &str) -> MutexGuard<'_, HashMap<String, KeyState>> {
-        let i = (self.hasher.hash_one(key) as usize) % SHARDS;
         // A panic while holding the lock leaves counts, not invariants.
-        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+        self.shards[self.index(key)]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `key` (whose state `s` is, under its shard's lock) for the
+    /// next write-back, once.
+    pub(super) fn queue(&self, key: &str, s: &mut KeyState) {
+        if !s.queued {
+            s.queued = true;
+            self.queues[self.index(key)]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(key.to_string());
+        }
+    }
+
+    /// Every queued key, the queues emptied.
+    pub(super) fn take_queued(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for q in &self.queues {
+            out.append(&mut q.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+        out
+    }
+
+    /// Views held and admissions not yet written, over every key.
+    pub fn views(&self) -> (usize, u64) {
+        let (mut views, mut unwritten) = (0, 0);
+        for shard in &self.shards {
+            for s in shard.lock().unwrap_or_else(|e| e.into_inner()).values() {
+                if let Some(v) = s.view {
+                    views += 1;
+                    unwritten += v.unwritten;
+                }
+            }
+        }
+        (views, unwritten)
     }
 
     /// Tokens this instance holds for `key` now (0 without a live lease).
@@ -82,7 +136,8 @@ impl LeaseTable {
     }
 
     /// Takes out every lease that has ended by `now` (all of them with
-    /// `all`), and forgets keys idle for two seconds.
+    /// `all`), and forgets keys idle for two seconds, but a view whose
+    /// window has not ended or that owes the store admissions.
     pub(super) fn ended(&self, now: Duration, all: bool) -> Vec<Ended> {
         let mut out = std::mem::take(&mut *self.replaced.lock().unwrap_or_else(|e| e.into_inner()));
         for shard in &self.shards {
@@ -95,7 +150,10 @@ impl LeaseTable {
                     }
                 }
                 let idle = s.meter.last_second() + 2 < now.as_secs();
-                !(idle && s.lease.is_none() && s.taking.is_none())
+                let view_done = s
+                    .view
+                    .is_none_or(|v| v.unwritten == 0 && s.window_end <= now.as_secs());
+                !(idle && view_done && s.lease.is_none() && s.taking.is_none())
             });
         }
         out

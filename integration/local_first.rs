@@ -1,0 +1,305 @@
+//! Local-first windows (`sync_interval`) on real Redis, a single server
+//! and the 6-node Cluster, with 3 instances of the real binary: how close
+//! to its limit a window stays when its decisions are local, what they
+//! cost the store, and one counter shared with an instance that decides
+//! every request at the store (the original, or this service without
+//! `sync_interval`).
+//!
+//! The bound checked is the one `/rlconfig` and the docs state: a limit of
+//! `L` over `N` instances at `LOCAL_FIRST_MAX_OVER` `ε` admits at most
+//! `L + N·⌊ε·L/N⌋` a window (here 1000 + 3·3 = 1009), and near the limit
+//! the store decides, so at least 95 % of `L` is admitted.
+
+use crate::support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use support::accuracy::redis_env;
+use support::redis::{RedisCluster, RedisServer};
+use support::*;
+
+const RULES: &str = "
+domain: lf
+descriptors:
+  - key: local
+    rate_limit: {unit: hour, requests_per_unit: 1000, sync_interval: 50ms}
+  - key: exact
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+  - key: far
+    rate_limit: {unit: hour, requests_per_unit: 1000000, sync_interval: 50ms}
+";
+
+/// The same rules without `sync_interval`: an instance that decides every
+/// request at the store.
+const SYNCHRONOUS_RULES: &str = "
+domain: lf
+descriptors:
+  - key: local
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+";
+
+const LIMIT: usize = 1000;
+/// `L + N·⌊ε·L/N⌋` for 3 instances at 1 %.
+const BOUND: usize = 1009;
+
+fn instances(env: &[(&'static str, String)], n: usize) -> Vec<Service> {
+    let mut env = env.to_vec();
+    env.push(("EXPIRATION_JITTER_MAX_SECONDS", "0".into()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    (0..n)
+        .map(|_| Service::start(&[("rules.yaml", RULES)], &env))
+        .collect()
+}
+
+/// The instance call `i` goes to: in turn, or 80 % to the first.
+fn instance_of(i: usize, skewed: bool, n: usize) -> usize {
+    match skewed {
+        true if !i.is_multiple_of(5) => 0,
+        true => 1 + (i / 5) % (n - 1),
+        false => i % n,
+    }
+}
+
+/// `total` calls of `(key, value)` over `instances` from 48 callers, at
+/// once (a burst), or paced over `over` (steady); how many were admitted.
+async fn offer(
+    instances: &[Service],
+    key: &str,
+    value: &str,
+    total: usize,
+    skewed: bool,
+    over: Option<Duration>,
+) -> usize {
+    let mut clients = Vec::new();
+    for svc in instances {
+        clients.push(svc.client().await);
+    }
+    let (next, admitted) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..48)
+        .map(|_| {
+            let clients = clients.clone();
+            let (next, admitted) = (Arc::clone(&next), Arc::clone(&admitted));
+            let (key, value) = (key.to_string(), value.to_string());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    if i >= total {
+                        break;
+                    }
+                    if let Some(over) = over {
+                        let at = over.mul_f64(i as f64 / total as f64);
+                        tokio::time::sleep(at.saturating_sub(started.elapsed())).await;
+                    }
+                    let mut c = clients[instance_of(i, skewed, clients.len())].clone();
+                    let r = call(&mut c, request("lf", vec![desc(&[(&key, &value)])]))
+                        .await
+                        .expect("call");
+                    if r.overall_code == OK {
+                        admitted.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("caller");
+    }
+    admitted.load(Ordering::SeqCst)
+}
+
+/// Every instance has counted the others (the write-back counts the
+/// instances once a second): a first call, then two seconds.
+async fn counted(instances: &[Service]) {
+    for svc in instances {
+        let mut c = svc.client().await;
+        call(&mut c, request("lf", vec![desc(&[("far", "warm")])]))
+            .await
+            .expect("call");
+    }
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    for svc in instances {
+        assert_eq!(svc.stat("ratelimit.local_first.instances"), 3);
+    }
+}
+
+fn local_decisions(instances: &[Service]) -> u64 {
+    instances
+        .iter()
+        .map(|s| s.stat("ratelimit.local_first.local_decision"))
+        .sum()
+}
+
+/// The accuracy table: each pattern's admitted count against the bound,
+/// with the synchronous rule in the same run.
+async fn accuracy(env: &[(&'static str, String)], store: &str) {
+    let fleet = instances(env, 3);
+    counted(&fleet).await;
+    support::wait_for_fresh_window(3600, 30);
+    let run = unix_now();
+    let patterns = [
+        ("1.5x burst, even", 1.5, false, None),
+        ("2.5x burst, even", 2.5, false, None),
+        ("5x burst, even", 5.0, false, None),
+        ("5x burst, 80 % on one", 5.0, true, None),
+        (
+            "1.5x steady 3 s, 80 % on one",
+            1.5,
+            true,
+            Some(Duration::from_secs(3)),
+        ),
+    ];
+    let local_before = local_decisions(&fleet);
+    for (i, (name, times, skewed, over)) in patterns.into_iter().enumerate() {
+        let total = (LIMIT as f64 * times) as usize;
+        let value = format!("{run}-{i}");
+        let local = offer(&fleet, "local", &value, total, skewed, over).await;
+        let exact = offer(&fleet, "exact", &value, total, skewed, over).await;
+        println!(
+            "{store}: {name}: local-first admitted {local} ({:.2} x the limit), synchronous {exact}",
+            local as f64 / LIMIT as f64
+        );
+        assert!(local <= BOUND, "{store}: {name}: {local} > {BOUND}");
+        assert!(local >= LIMIT * 95 / 100, "{store}: {name}: {local} < 95 %");
+        assert_eq!(exact, LIMIT, "{store}: {name}: the synchronous rule");
+    }
+    let local = local_decisions(&fleet) - local_before;
+    println!("{store}: {local} decisions answered from views");
+    assert!(local > 0, "the views answered");
+}
+
+/// Keys far from their limit cost one write-back work per instance and
+/// interval, whatever their number: 3,000 keys, 2 calls each.
+async fn store_calls(env: &[(&'static str, String)], primaries: &[u16], store: &str) {
+    let fleet = instances(env, 3);
+    counted(&fleet).await;
+    let script_calls = || -> u64 {
+        primaries
+            .iter()
+            .map(|&p| {
+                let info = support::redis::redis_cli(p, &["info", "commandstats"]).text();
+                ["evalsha", "eval"]
+                    .iter()
+                    .filter_map(|cmd| {
+                        info.lines()
+                            .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+                            .and_then(|r| r.split(',').next())
+                            .and_then(|n| n.parse::<u64>().ok())
+                    })
+                    .sum::<u64>()
+            })
+            .sum()
+    };
+    let before = script_calls();
+    let sent_before: Vec<u64> = fleet
+        .iter()
+        .map(|s| s.stat("ratelimit.local_first.store_decision"))
+        .collect();
+    let started = Instant::now();
+    let run = unix_now();
+    let mut clients = Vec::new();
+    for svc in &fleet {
+        clients.push(svc.client().await);
+    }
+    let decisions = 6_000;
+    let tasks: Vec<_> = (0..3)
+        .map(|t| {
+            let mut c = clients[t].clone();
+            tokio::spawn(async move {
+                for i in 0..decisions / 3 {
+                    let value = format!("{run}-{}", (i * 3 + t) % 3_000);
+                    let r = call(&mut c, request("lf", vec![desc(&[("far", &value)])]))
+                        .await
+                        .expect("call");
+                    assert_eq!(r.overall_code, OK);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("caller");
+    }
+    // The last admissions written back.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let elapsed = started.elapsed();
+    let calls = script_calls() - before;
+    // One work per instance and 50 ms interval (the last ones included),
+    // one script call per primary it touches, and the instance count.
+    let intervals = (elapsed.as_millis() / 50) as u64 + 2;
+    let most = 3 * intervals * primaries.len() as u64 + 3 * (elapsed.as_secs() + 2);
+    println!(
+        "{store}: {decisions} decisions of 3,000 far keys in {:.2} s: {calls} script calls ({:.4} a decision; at most {most} allowed by the intervals)",
+        elapsed.as_secs_f64(),
+        calls as f64 / decisions as f64
+    );
+    assert!(calls <= most, "{calls} script calls > {most}");
+    for (svc, before) in fleet.iter().zip(sent_before) {
+        let sent = svc.stat("ratelimit.local_first.store_decision") - before;
+        assert_eq!(sent, 0, "none sent to the store");
+    }
+}
+
+/// An instance with `sync_interval` and one without share one counter:
+/// the key holds every admission once both are written back.
+async fn shared_with_the_synchronous_path(
+    env: &[(&'static str, String)],
+    redis: &dyn Fn(&str) -> String,
+) {
+    let mut env = env.to_vec();
+    env.push(("EXPIRATION_JITTER_MAX_SECONDS", "0".into()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let local = Service::start(&[("rules.yaml", RULES)], &env);
+    let synchronous = Service::start(&[("rules.yaml", SYNCHRONOUS_RULES)], &env);
+    counted_alone(&local).await;
+    support::wait_for_fresh_window(3600, 30);
+    let value = format!("shared{}", unix_now());
+    let (mut a, mut b) = (local.client().await, synchronous.client().await);
+    for _ in 0..50 {
+        for c in [&mut a, &mut b] {
+            let r = call(c, request("lf", vec![desc(&[("local", &value)])]))
+                .await
+                .expect("call");
+            assert_eq!(r.overall_code, OK);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let now = unix_now();
+    let key = format!("lf_local_{value}_{}", now - now % 3600);
+    assert_eq!(redis(&key).trim(), "100", "{key}");
+    assert!(local.stat("ratelimit.local_first.local_decision") > 0);
+}
+
+async fn counted_alone(svc: &Service) {
+    let mut c = svc.client().await;
+    call(&mut c, request("lf", vec![desc(&[("far", "warm")])]))
+        .await
+        .expect("call");
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_first_on_one_redis() {
+    let _turn = support::one_at_a_time_async().await;
+    let redis = RedisServer::start();
+    let env = redis_env("single", redis.addr());
+    accuracy(&env, "one Redis").await;
+    store_calls(&env, &[redis.port], "one Redis").await;
+    shared_with_the_synchronous_path(&env, &|key| redis.cli(&["get", key])).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_first_on_the_cluster() {
+    let _turn = support::one_at_a_time_async().await;
+    let cluster = RedisCluster::start();
+    let env = redis_env("cluster", cluster.seeds().join(","));
+    let primaries: Vec<u16> = cluster
+        .primaries()
+        .iter()
+        .filter_map(|a| a.rsplit_once(':').and_then(|(_, p)| p.parse().ok()))
+        .collect();
+    accuracy(&env, "the Cluster").await;
+    store_calls(&env, &primaries, "the Cluster").await;
+    shared_with_the_synchronous_path(&env, &|key| cluster.cli(&["get", key])).await;
+}

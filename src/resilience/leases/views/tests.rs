@@ -1,0 +1,186 @@
+//! Local-first windows through the layer: instances (each a layer over a
+//! clone of one scripted store that counts the calls reaching it) on one
+//! shared memory store, on a manual clock; write-backs run by hand.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::super::sync::write_back;
+use super::super::{LeaseOptions, Leases};
+use crate::limiter::fixed_window::Window;
+use crate::limiter::ManualClock;
+use crate::resilience::testing::{Behaviour, Scripted};
+use crate::store::testing::RunItems;
+use crate::store::{Item, Limit, MemoryStore, OriginalWindow, Policy};
+
+const MS: Duration = Duration::from_millis(1);
+
+struct Instances {
+    clock: Arc<ManualClock>,
+    scripted: Scripted,
+    nodes: Vec<Leases<Scripted>>,
+    counted: Vec<u64>,
+}
+
+impl Instances {
+    fn new(n: usize) -> Instances {
+        // On a whole minute: one window for the whole test.
+        let clock = Arc::new(ManualClock::at_secs(1_000_020));
+        let store = Arc::new(MemoryStore::new(clock.clone()));
+        let scripted = Scripted::on(store);
+        let nodes = (0..n)
+            .map(|_| Leases::new(scripted.clone(), LeaseOptions::default(), clock.clone()))
+            .collect();
+        Instances {
+            clock,
+            scripted,
+            nodes,
+            counted: vec![0; n],
+        }
+    }
+
+    /// One write-back on every instance.
+    async fn write_back(&mut self) {
+        for (node, counted) in self.nodes.iter().zip(&mut self.counted) {
+            let (store, clock) = (node.inner.as_ref(), node.clock.as_ref());
+            write_back(store, &node.table, &node.fleet, clock, counted).await;
+        }
+    }
+
+    /// Every instance sees a request, then two write-backs a second
+    /// apart: each counts all of them.
+    async fn counted(&mut self, item: &Item) {
+        for i in 0..self.nodes.len() {
+            self.admitted(i, item).await;
+        }
+        self.write_back().await;
+        self.clock.advance(Duration::from_secs(1));
+        self.write_back().await;
+    }
+
+    async fn admitted(&self, i: usize, item: &Item) -> bool {
+        let ran = self.nodes[i]
+            .run(std::slice::from_ref(item), Policy::Commit)
+            .await
+            .expect("decided");
+        ran.results[0].decision.is_allowed()
+    }
+}
+
+/// The original's counter of `limit` a minute, local-first.
+fn window(key: &str, limit: u64) -> Item {
+    let now = 1_000_020;
+    let counter = OriginalWindow {
+        limit,
+        window: Window::containing(now, 60),
+        ttl_seconds: 60,
+        jitter_seconds: 0,
+    };
+    let mut item = Item::new(key, Limit::Counter(counter), 1);
+    item.rule.sync_interval = Some(50 * MS);
+    item
+}
+
+/// The key's counter in the store.
+async fn counter(f: &Instances, key: &str) -> u64 {
+    let mut read = Item {
+        cost: 0,
+        ..window(key, 1_000)
+    };
+    read.rule.sync_interval = None;
+    f.scripted
+        .run(&[read], Policy::Commit)
+        .await
+        .expect("read")
+        .results[0]
+        .count
+}
+
+#[tokio::test]
+async fn far_from_its_limit_a_window_costs_no_store_call() {
+    let mut f = Instances::new(3);
+    let item = window("far", 100_000);
+    f.counted(&item).await;
+    assert_eq!(f.nodes[0].fleet.instances(), 3);
+    let calls = f.scripted.calls();
+    for r in 0..300 {
+        assert!(f.admitted(r % 3, &item).await);
+        f.clock.advance(MS);
+    }
+    assert_eq!(f.scripted.calls(), calls, "no call on a request's path");
+    f.write_back().await;
+    assert_eq!(
+        f.scripted.calls() - calls,
+        3,
+        "one write-back work per instance"
+    );
+    assert_eq!(counter(&f, "far").await, 303, "every admission written");
+}
+
+#[tokio::test]
+async fn a_window_offered_five_times_its_limit_stays_within_its_bound() {
+    // 600 a minute over 3 instances at 1 %: P = 2, M = 4; bound 606.
+    let mut f = Instances::new(3);
+    let item = window("hot", 600);
+    f.counted(&item).await;
+    let mut admitted = 3;
+    for r in 0..3_000 {
+        if f.admitted(r % 3, &item).await {
+            admitted += 1;
+        }
+        if r % 7 == 0 {
+            f.write_back().await;
+        }
+    }
+    f.write_back().await;
+    assert!(admitted <= 606, "admitted {admitted}");
+    assert!(
+        admitted >= 600,
+        "admitted {admitted}: near the limit the store decides"
+    );
+}
+
+#[tokio::test]
+async fn a_cold_key_is_sent_to_the_store_until_the_instances_are_counted() {
+    let f = Instances::new(1);
+    let item = window("cold", 1_000);
+    assert!(f.admitted(0, &item).await);
+    assert_eq!(f.scripted.calls(), 1, "not counted yet: the store decides");
+}
+
+#[tokio::test]
+async fn a_failed_write_back_is_owed_and_sent_again() {
+    let mut f = Instances::new(1);
+    let item = window("owed", 1_000);
+    f.counted(&item).await;
+    for _ in 0..5 {
+        assert!(f.admitted(0, &item).await);
+    }
+    f.scripted.set(Behaviour::Refuse);
+    f.write_back().await;
+    assert_eq!(f.nodes[0].table.views(), (1, 5), "owed still");
+    f.scripted.set(Behaviour::Answer);
+    f.write_back().await;
+    assert_eq!(f.nodes[0].table.views(), (1, 0));
+    assert_eq!(counter(&f, "owed").await, 6);
+}
+
+#[tokio::test]
+async fn an_instance_without_views_shares_the_counter() {
+    // One instance local-first, the other (the original, or this service
+    // without `sync_interval`) at the store: one counter.
+    let mut f = Instances::new(1);
+    let item = window("shared", 1_000);
+    f.counted(&item).await;
+    let mut plain = item.clone();
+    plain.rule.sync_interval = None;
+    for _ in 0..10 {
+        assert!(f.admitted(0, &item).await);
+        f.scripted
+            .run(std::slice::from_ref(&plain), Policy::Commit)
+            .await
+            .expect("decided");
+    }
+    f.write_back().await;
+    assert_eq!(counter(&f, "shared").await, 21);
+}
