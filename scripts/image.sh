@@ -71,8 +71,16 @@ podman import --quiet "$work/base.tar" "$base" >/dev/null
 based=$SECONDS
 
 # The release binaries, stripped.
-RATELIMIT_REVISION=$revision cargo build --release --locked \
-    --bin ratelimit --bin ratelimit_config_check --bin ratelimit_client
+# In a checkout the build names the same revision itself (build.rs); the
+# variable is set only outside one, since setting it makes the other
+# release builds of the test command (the chaos soak's) rebuild the crate.
+if git rev-parse --git-dir >/dev/null 2>&1; then
+    cargo build --release --locked \
+        --bin ratelimit --bin ratelimit_config_check --bin ratelimit_client
+else
+    RATELIMIT_REVISION=$revision cargo build --release --locked \
+        --bin ratelimit --bin ratelimit_config_check --bin ratelimit_client
+fi
 built=$SECONDS
 mkdir -p "$work/ctx/prebuilt"
 for b in ratelimit ratelimit_config_check ratelimit_client; do

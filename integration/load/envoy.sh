@@ -5,6 +5,8 @@
 #   - noop:   the bench's no-op rate limit service (Envoy's own round trip),
 #   - memory: ratelimit on the memory store,
 #   - redis:  ratelimit on a single Redis,
+#   - redis_lf: ratelimit on the same Redis with local-first windows
+#             (LOCAL_FIRST_SYNC_INTERVAL=50ms, docs/local-first.md),
 #   - rlqs:   Envoy's rate limit quota filter, reporting to ratelimit (the
 #             decision is Envoy's own, from its assignment),
 # each filter on Envoy's defaults (a 20 ms timeout). In each round every
@@ -19,7 +21,7 @@
 # Environment: RPS (default 2000), IN_FLIGHT (HTTP/1.1 connections to
 # Envoy, default 32), RATELIMIT_TEST_ENVOY (default: the test cache's Envoy,
 # which scripts/test.sh installs), ROWS (default "plain noop memory redis
-# rlqs"; plain is required), SERVICE_ENV (extra NAME=value settings of both
+# redis_lf rlqs"; plain is required), SERVICE_ENV (extra NAME=value settings of both
 # services), ENVOY_PREFIX and LOAD_PREFIX (a command prefix for Envoy and
 # the load client, e.g. "taskset -c 0").
 # Everything listens on 127.0.0.1 and stops with the script.
@@ -80,6 +82,9 @@ pids+=("$svc"); memory=$grpc; cp "$work/svc.log" "$work/memory.log"
 # shellcheck disable=SC2086
 start_service BACKEND_TYPE=redis REDIS_URL="127.0.0.1:$redis_port" ${SERVICE_ENV:-}
 pids+=("$svc"); redis=$grpc
+# shellcheck disable=SC2086
+start_service BACKEND_TYPE=redis REDIS_URL="127.0.0.1:$redis_port" LOCAL_FIRST_SYNC_INTERVAL=50ms ${SERVICE_ENV:-}
+pids+=("$svc"); redis_lf=$grpc
 
 "$bench" noop --listen 127.0.0.1:0 >"$work/noop.out" 2>&1 &
 pids+=($!)
@@ -170,6 +175,7 @@ EOF
     listener noop "$(rls_filter rls_noop)"
     listener memory "$(rls_filter rls_memory)"
     listener redis "$(rls_filter rls_redis)"
+    listener redis_lf "$(rls_filter rls_redis_lf)"
     listener rlqs "$rlqs_filter"
     cat <<EOF
   - name: backend
@@ -202,6 +208,7 @@ EOF
     grpc_cluster rls_noop "$noop"
     grpc_cluster rls_memory "$memory"
     grpc_cluster rls_redis "$redis"
+    grpc_cluster rls_redis_lf "$redis_lf"
     echo "admin:"
     echo "  address: {socket_address: {address: 127.0.0.1, port_value: 0}}"
 } >"$work/envoy.yaml"
@@ -219,7 +226,7 @@ curl -sf "http://$admin/ready" >/dev/null || { cat "$work/envoy.log" >&2; exit 1
 curl -s "http://$admin/listeners" >"$work/listeners"
 port_of() { sed -n "s/^$1::127.0.0.1:\([0-9]*\)$/\1/p" "$work/listeners"; }
 
-read -r -a rows <<<"${ROWS:-plain noop memory redis rlqs}"
+read -r -a rows <<<"${ROWS:-plain noop memory redis redis_lf rlqs}"
 : >"$work/results"
 row_rps=$(( rps / ${#rows[@]} ))
 echo "$("$envoy" --version | grep -o 'version: .*'); $rps req/s in all ($row_rps a row), $in_flight connections a row, $duration x $rounds rounds" >&2
@@ -243,7 +250,7 @@ for round in $(seq "$rounds"); do
 done
 stat() { curl -s "http://$admin/stats" | awk -F': ' -v n="$1" '$1 == n {v = $2} END {print v + 0}'; }
 echo "Envoy's rate limit filters (all rows): ok $(stat cluster.backend.ratelimit.ok), over_limit $(stat cluster.backend.ratelimit.over_limit), error $(stat cluster.backend.ratelimit.error)" >&2
-for rls in noop memory redis; do
+for rls in noop memory redis redis_lf; do
     # A call past the filter's 20 ms is Envoy's error (and admitted).
     echo "  calls to $rls: $(stat "cluster.rls_$rls.upstream_rq_total"), past Envoy's timeout $(stat "cluster.rls_$rls.upstream_rq_timeout")" >&2
 done
@@ -267,13 +274,13 @@ print(f"{len(rounds)} rounds; each cell: the median over the rounds (the range)"
 print(f"| row | added at p50 (ms) | added at p99 (ms) | errors |")
 print(f"|---|---|---|---|")
 print(f"| no filter: p50 {statistics.median(plain50):.2f}, p99 {statistics.median(plain99):.2f} ms | 0 | 0 | {sum(by['plain'][r]['errors'] for r in rounds)} |")
-names = {"noop": "no-op RLS", "memory": "ours, memory", "redis": "ours, Redis", "rlqs": "ours, RLQS"}
-for row in [r for r in ["noop", "memory", "redis", "rlqs"] if r in by]:
+names = {"noop": "no-op RLS", "memory": "ours, memory", "redis": "ours, Redis", "redis_lf": "ours, Redis local-first", "rlqs": "ours, RLQS"}
+for row in [r for r in ["noop", "memory", "redis", "redis_lf", "rlqs"] if r in by]:
     errors = sum(by[row][r]["errors"] + by[row][r]["other_code"] for r in rounds)
     print(f"| {names[row]} | {cell(added(row, 'p50_us'))} | {cell(added(row, 'p99_us'))} | {errors} |")
 if "noop" in by:
     noop99 = statistics.median(added("noop", "p99_us"))
-    for row in [r for r in ["memory", "redis", "rlqs"] if r in by]:
+    for row in [r for r in ["memory", "redis", "redis_lf", "rlqs"] if r in by]:
         ours = statistics.median(added(row, "p99_us"))
         print(f"{names[row]}: added p99 {ours:+.2f} ms against the no-op's {noop99:+.2f} ms"
               + (f" ({ours / noop99:.2f}x)" if noop99 > 0 else ""))

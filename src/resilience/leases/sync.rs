@@ -125,64 +125,76 @@ pub(super) async fn write_back<S: Store + ?Sized>(
     counted_second: &mut u64,
 ) {
     let now = clock.now();
-    let mut sent: Vec<(String, u64)> = Vec::new();
-    let mut items: Vec<Item> = Vec::new();
+    // The works, each of at most BATCH keys; the keys move into the items,
+    // and each item's cost is the delta its answer settles.
+    let mut works: Vec<Vec<Item>> = Vec::new();
+    let mut items: Vec<Item> = Vec::with_capacity(BATCH);
+    let mut written = 0;
     for key in table.take_queued() {
-        let mut map = table.shard(&key);
-        let Some(s) = map.get_mut(key.as_str()) else {
-            continue;
-        };
-        s.queued = false;
-        let (Some(view), Some(limit)) = (s.view.as_mut(), s.limit) else {
-            continue;
-        };
-        let delta = view.send();
-        if delta > 0 {
-            items.push(Item {
+        let item = {
+            let mut map = table.shard(&key);
+            let Some(s) = map.get_mut(key.as_str()) else {
+                continue;
+            };
+            s.queued = false;
+            let (Some(view), Some(limit)) = (s.view.as_mut(), s.limit) else {
+                continue;
+            };
+            let delta = view.send();
+            if delta == 0 {
+                continue;
+            }
+            Item {
                 binding: false,
                 node: s.node.clone(),
-                ..Item::new(key.clone(), limit, delta)
-            });
-            sent.push((key, delta));
+                ..Item::new(key, limit, delta)
+            }
+        };
+        items.push(item);
+        written += 1;
+        if items.len() == BATCH {
+            works.push(std::mem::replace(&mut items, Vec::with_capacity(BATCH)));
         }
     }
     let second = now.as_secs();
     let count_now = second != *counted_second;
+    // The instance count rides with the last work: this second's counter
+    // (this instance counted) and the last second's, read.
+    let presence_at = items.len();
     if count_now {
         items.push(presence(second, 1));
         items.push(presence(second.saturating_sub(1), 0));
     }
-    if items.is_empty() {
-        return;
+    if !items.is_empty() {
+        works.push(items);
     }
+    let last = works.len();
     let mut answered = false;
-    let mut counts: Vec<u64> = Vec::new();
-    let mut position = 0;
-    for chunk in items.chunks(BATCH) {
-        let work = Work::new(chunk.to_vec(), Policy::Decide);
+    for (w, items) in works.into_iter().enumerate() {
+        let work = Work::new(items, Policy::Decide);
         let deadline = Instant::now() + Duration::from_secs(1);
         let reply = store.execute(&work, Some(deadline)).await;
         ::metrics::counter!(metrics::LOCAL_FIRST_SYNC_CALL).increment(1);
-        for answer in reply.answers {
+        let mut counts: Vec<u64> = Vec::new();
+        for (i, (item, answer)) in work.items.iter().zip(reply.answers).enumerate() {
             let count = match answer {
                 Ok(Answer::Decided(d)) => Some(d.count),
                 _ => None,
             };
             answered |= count.is_some();
-            match sent.get(position) {
-                Some((key, delta)) => settle(table, key, *delta, count),
-                None => counts.extend(count),
+            if w + 1 == last && count_now && i >= presence_at {
+                counts.extend(count);
+            } else {
+                settle(table, &item.key, item.cost, count);
             }
-            position += 1;
+        }
+        if count_now && counts.len() == 2 {
+            // This second's count so far and the last whole second's.
+            fleet.counted(counts[0].max(counts[1]));
+            *counted_second = second;
         }
     }
-    ::metrics::counter!(metrics::LOCAL_FIRST_SYNC_KEYS).increment(sent.len() as u64);
-    if count_now && counts.len() == 2 {
-        // This second's count so far (this instance's included) and the
-        // last whole second's.
-        fleet.counted(counts[0].max(counts[1]));
-        *counted_second = second;
-    }
+    ::metrics::counter!(metrics::LOCAL_FIRST_SYNC_KEYS).increment(written);
     if answered {
         fleet.answered(now);
     }
