@@ -321,9 +321,11 @@ fn connections(
                 })
                 .filter(|&t| ended.is_none_or(|end| t <= end))
         };
-        // Nothing is owed: the connection or the run ended, or the
-        // instance was killed.
-        let owed_nothing = ended.is_some_and(within)
+        // Nothing is owed: the report was sent in the warm-up (not
+        // judged), the connection or the run ended, or the instance was
+        // killed.
+        let owed_nothing = e.at_us < run.start_us
+            || ended.is_some_and(within)
             || e.at_us + ANSWER_WITHIN_US > run.end_us
             || run.instance_down(e.instance, e.at_us, e.at_us + ANSWER_WITHIN_US);
         let violation = |what: String| Violation {

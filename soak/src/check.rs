@@ -595,6 +595,11 @@ fn windows(
     let admitted = admitted_times(ds);
     for (w, n) in counts {
         let (from, to) = (w * unit, (w + 1) * unit - 1);
+        // A window that began in the warm-up is not judged (its first
+        // calls were not).
+        if from < run.start_us && unit < run.end_us - run.start_us {
+            continue;
+        }
         let limit = run
             .versions(from, to)
             .into_iter()
@@ -609,12 +614,13 @@ fn windows(
         let (open, mut ids) = open_allowance(run, rule, floor, from, to, &s.value);
         let (loss, loss_ids) = loss_allowance(run, rule, &s.value, &admitted, from, to);
         ids.extend(loss_ids);
+        let local = local_first_allowance(run, rule, from, to);
         fig.checked += 1;
         fig.worst_excess = fig.worst_excess.max(n as i64 - limit as i64);
-        fig.worst_allowance = fig.worst_allowance.max(open + loss);
-        if n > limit + open + loss {
+        fig.worst_allowance = fig.worst_allowance.max(open + loss + local);
+        if n > limit + open + loss + local {
             found.push(Violation {
-                what: format!("{n} admitted in a {unit_s} s window: limit {limit} + open floors {open} + failover loss {loss}"),
+                what: format!("{n} admitted in a {unit_s} s window: limit {limit} + open floors {open} + failover loss {loss} + local-first {local}"),
                 rule: rule.name,
                 key: s.value.clone(),
                 at_s: run.at_s(from),
@@ -622,6 +628,25 @@ fn windows(
             });
         }
     }
+}
+
+/// A local-first window's stated excess over `[from, to]`: `N·P`, and
+/// `(N + 1)·P` for each instance killed or restarted within it (see
+/// [`Rule::unwritten`]); 0 for any other rule.
+fn local_first_allowance(run: &Run<'_>, rule: &Rule, from: u64, to: u64) -> u64 {
+    let share = run
+        .versions(from, to)
+        .into_iter()
+        .map(|v| rule.unwritten[v])
+        .max()
+        .unwrap_or(0);
+    let n = run.instances as u64;
+    let kills = run
+        .faults
+        .iter()
+        .filter(|f| f.kind == FaultKind::KillInstance && f.start_us <= to && from <= f.end_us)
+        .count() as u64;
+    share * (n + (n + 1) * kills)
 }
 
 /// Token buckets: over spans of 1, 2 and 5 s every 250 ms, admissions

@@ -56,6 +56,12 @@ pub struct Rule {
     /// `durability: replicated`: no count is lost to a failover.
     pub durable: bool,
     pub placement: Placement,
+    /// A local-first window's unwritten share `P = ⌊ε·L/N⌋` under config A
+    /// and B (0: decided at the store): its window may admit `N·P` over
+    /// its limit, and `(N + 1)·P` more for each instance killed within it
+    /// (its unwritten admissions never reach the store, and its successor
+    /// starts cold).
+    pub unwritten: [u64; 2],
     /// The YAML of its `rate_limit` block under config A and B.
     yaml: [&'static str; 2],
 }
@@ -68,6 +74,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Error,
         durable: false,
         placement: Placement::Original,
+        unwritten: [0, 0],
         yaml: [
             "{unit: second, requests_per_unit: 20}",
             "{unit: second, requests_per_unit: 40}",
@@ -79,6 +86,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Open { floor: 4, limit: 20 },
         durable: false,
         placement: Placement::Tagged,
+        unwritten: [0, 0],
         yaml: [
             "{unit: second, requests_per_unit: 20, algorithm: token_bucket, burst: 40, failure_mode: open, fallback_requests_per_unit: 4}",
             "{unit: second, requests_per_unit: 40, algorithm: token_bucket, burst: 80, failure_mode: open, fallback_requests_per_unit: 4}",
@@ -90,6 +98,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Error,
         durable: false,
         placement: Placement::Tagged,
+        unwritten: [0, 0],
         yaml: [
             "{unit: second, unit_multiplier: 2, requests_per_unit: 40, algorithm: sliding_window}",
             "{unit: second, unit_multiplier: 2, requests_per_unit: 40, algorithm: sliding_window}",
@@ -101,6 +110,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Closed,
         durable: false,
         placement: Placement::Original,
+        unwritten: [0, 0],
         yaml: [
             "{unit: second, requests_per_unit: 20, failure_mode: closed}",
             "{unit: second, requests_per_unit: 40, failure_mode: closed}",
@@ -112,6 +122,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Closed,
         durable: true,
         placement: Placement::Original,
+        unwritten: [0, 0],
         yaml: [
             "{unit: second, requests_per_unit: 20, failure_mode: closed, durability: replicated}",
             "{unit: second, requests_per_unit: 40, failure_mode: closed, durability: replicated}",
@@ -123,9 +134,23 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Open { floor: 3, limit: 20 },
         durable: false,
         placement: Placement::Original,
+        unwritten: [0, 0],
         yaml: [
             "{unit: second, requests_per_unit: 20, failure_mode: open, fallback_requests_per_unit: 3}",
             "{unit: second, requests_per_unit: 40, failure_mode: open, fallback_requests_per_unit: 3}",
+        ],
+    },
+    Rule {
+        name: "local",
+        shape: Shape::Window { unit_s: 1, limits: [40, 60] },
+        mode: Mode::Error,
+        durable: false,
+        placement: Placement::Original,
+        // `LOCAL_FIRST_MAX_OVER` 0.2 over 3 instances: ⌊8/3⌋ and ⌊12/3⌋.
+        unwritten: [2, 4],
+        yaml: [
+            "{unit: second, requests_per_unit: 40, sync_interval: 50ms}",
+            "{unit: second, requests_per_unit: 60, sync_interval: 50ms}",
         ],
     },
     Rule {
@@ -134,6 +159,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Error,
         durable: false,
         placement: Placement::Anywhere,
+        unwritten: [0, 0],
         yaml: [
             "{unit: second, requests_per_unit: 300, algorithm: token_bucket, burst: 300, lease: true}",
             "{unit: second, requests_per_unit: 300, algorithm: token_bucket, burst: 300, lease: true}",
@@ -145,6 +171,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Error,
         durable: false,
         placement: Placement::Anywhere,
+        unwritten: [0, 0],
         yaml: [
             "{unit: second, requests_per_unit: 100, shards: 4}",
             "{unit: second, requests_per_unit: 100, shards: 4}",
@@ -156,6 +183,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Error,
         durable: false,
         placement: Placement::Tagged,
+        unwritten: [0, 0],
         yaml: [
             "{unit: day, requests_per_unit: 3000, calendar: true}",
             "{unit: day, requests_per_unit: 3000, calendar: true}",
@@ -167,6 +195,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Error,
         durable: false,
         placement: Placement::Tagged,
+        unwritten: [0, 0],
         yaml: [
             "{algorithm: concurrency, max_in_flight: 5, max_duration: 2s}",
             "{algorithm: concurrency, max_in_flight: 5, max_duration: 2s}",
@@ -178,6 +207,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Error,
         durable: false,
         placement: Placement::Tagged,
+        unwritten: [0, 0],
         yaml: [
             "{unit: second, requests_per_unit: 60}",
             "{unit: second, requests_per_unit: 120}",
@@ -245,6 +275,7 @@ pub fn streams() -> Vec<Stream> {
         ("closed", &[50.0, 50.0, 50.0, 50.0]),
         ("durable", &[50.0, 50.0, 50.0, 50.0]),
         ("open", &[50.0, 50.0, 50.0]),
+        ("local", &[30.0, 60.0, 90.0, 150.0]),
         ("leased", &[450.0]),
         ("sharded", &[250.0]),
         ("daily", &[10.0]),

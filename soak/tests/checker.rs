@@ -521,6 +521,60 @@ fn warm_up_calls_are_counted_not_judged() {
     assert_eq!(f.answered, 1);
     let judged = checked(&[warm_up, hit(id, 1_000, error())], &[], &[]);
     assert_eq!(violations(&judged, "no fault touched"), 1);
+    // 25 admitted in a second of the warm-up (a fixed window of 20):
+    // not judged; the same in a second of the run is.
+    let before: Vec<Decision> = (0..25)
+        .map(|i| Decision {
+            send_us: START - 900_000 + i * 30_000,
+            answer_us: START - 900_000 + i * 30_000 + 900,
+            ..hit(id, 0, Outcome::Ok)
+        })
+        .collect();
+    assert_eq!(
+        violations(&checked(&before, &[], &[]), "admitted in a 1 s window"),
+        0
+    );
+    let during: Vec<Decision> = (0..25)
+        .map(|i| hit(id, 2_000 + i * 30, Outcome::Ok))
+        .collect();
+    assert_eq!(
+        violations(&checked(&during, &[], &[]), "admitted in a 1 s window"),
+        1
+    );
+}
+
+/// A local-first window may admit `N·P` over its limit (40 + 3·2), and
+/// `(N + 1)·P` more while an instance is killed in it.
+#[test]
+fn a_local_first_window_is_held_to_its_stated_bound() {
+    let id = streams_of("local", "l3")[0];
+    let second = |n: u64, at: u64| -> Vec<Decision> {
+        (0..n).map(|i| hit(id, at + i * 10, Outcome::Ok)).collect()
+    };
+    let f = checked(&second(46, 5_000), &[], &[]);
+    assert!(f.violations.is_empty(), "{:?}", f.violations);
+    let f = checked(&second(47, 5_000), &[], &[]);
+    assert_eq!(violations(&f, "local-first 6"), 1, "{:?}", f.violations);
+    let kill = Fault {
+        id: 0,
+        kind: FaultKind::KillInstance,
+        instance: Some(1),
+        primary: None,
+        slots: Vec::new(),
+        start_us: ms(5_200),
+        end_us: ms(6_500),
+        promoted_us: None,
+        note: String::new(),
+    };
+    let f = checked(&second(54, 5_000), &[], std::slice::from_ref(&kill));
+    assert_eq!(
+        violations(&f, "admitted in a 1 s window"),
+        0,
+        "{:?}",
+        f.violations
+    );
+    let f = checked(&second(55, 5_000), &[], &[kill]);
+    assert_eq!(violations(&f, "local-first 14"), 1, "{:?}", f.violations);
 }
 
 // ---- the logs ----
