@@ -849,26 +849,42 @@ async fn redis_cluster_on_a_worker() {
 }
 
 /// Each gRPC worker decides on a connection of its own: once every
-/// connection has been idle for two seconds, decisions made on one worker
-/// leave exactly one connection just used by a script, and the other
+/// connection has been idle for three seconds, decisions made on one worker
+/// leave exactly one connection used since by a script, and the other
 /// worker's decisions another one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_worker_decides_on_its_own_connection() {
     let server = RedisServer::start();
     let (store, workers) = redis_store_on_workers(tcp_target(&server)).await;
-    // The ids of the connections whose last command, less than a second
-    // ago, was a script call.
-    let just_scripted = || -> Vec<String> {
+    // Each connection's id, idle seconds and last command (the asking
+    // connection's own left out).
+    let connections = || -> Vec<(String, u64, String)> {
         let list = server.cli(&["client", "list"]);
         list.lines()
-            .filter(|l| l.contains(" idle=0 ") && l.contains(" cmd=evalsha "))
-            .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
-            .map(str::to_string)
+            .filter(|l| !l.contains(" cmd=client|list "))
+            .filter_map(|l| {
+                let field = |name: &str| {
+                    l.split(' ')
+                        .find_map(|f| f.strip_prefix(name).map(str::to_string))
+                };
+                Some((field("id=")?, field("idle=")?.parse().ok()?, field("cmd=")?))
+            })
             .collect()
     };
     let mut seen = Vec::new();
     for (i, worker) in workers.handles().iter().enumerate() {
-        tokio::time::sleep(Duration::from_millis(2100)).await;
+        // Idle seconds only grow on a connection that is not used, so one
+        // that is idle for less than the least of them after the decisions
+        // was used by them, however long this host takes to ask.
+        let mut quiet = 0;
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            quiet = connections().iter().map(|c| c.1).min().unwrap_or(0);
+            if quiet >= 3 {
+                break;
+            }
+        }
+        assert!(quiet >= 3, "the connections never went quiet");
         let store = Arc::clone(&store);
         worker
             .spawn(async move {
@@ -882,8 +898,13 @@ async fn each_worker_decides_on_its_own_connection() {
             })
             .await
             .expect("runs on the worker");
-        let busy = just_scripted();
-        assert_eq!(busy.len(), 1, "worker {i}: one connection used: {busy:?}");
+        let list = connections();
+        let busy: Vec<String> = list
+            .iter()
+            .filter(|(_, idle, cmd)| *idle < quiet && cmd == "evalsha")
+            .map(|c| c.0.clone())
+            .collect();
+        assert_eq!(busy.len(), 1, "worker {i}: one connection used: {list:?}");
         assert!(
             !seen.contains(&busy[0]),
             "worker {i} has its own: {busy:?} {seen:?}"
