@@ -17,11 +17,13 @@
 #   and benchmarks ran, and the Dockerfile's other stages are unchanged.
 #
 # Checks: the size (at most 60 MB), the labels, `ratelimit --version`;
+# `/bin/ratelimit` is the service (the original's path);
 # then on the memory store `/healthcheck`, the gRPC health service,
 # `/json` and `ShouldRateLimit` (the image's own ratelimit_client) counting
 # a rule down to OVER_LIMIT, a reload from the mounted directory, SIGTERM
 # draining within the chart's grace period; then on a Redis on the host's
-# loopback (host network) the same counting, its keys in Redis.
+# loopback (host network), started as the original's manifests start it
+# (`command: ["/bin/ratelimit"]`), the same counting, its keys in Redis.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -82,10 +84,11 @@ else
         --bin ratelimit --bin ratelimit_config_check --bin ratelimit_client
 fi
 built=$SECONDS
-mkdir -p "$work/ctx/prebuilt"
+mkdir -p "$work/ctx/prebuilt/usr/local/bin" "$work/ctx/prebuilt/bin"
 for b in ratelimit ratelimit_config_check ratelimit_client; do
-    objcopy --strip-debug "target/release/$b" "$work/ctx/prebuilt/$b"
+    objcopy --strip-debug "target/release/$b" "$work/ctx/prebuilt/usr/local/bin/$b"
 done
+ln -s /usr/local/bin/ratelimit "$work/ctx/prebuilt/bin/ratelimit"
 buildah bud --quiet --pull=never --layers=false -f Dockerfile \
     --build-arg BASE="$base" --build-arg BINARIES=prebuilt \
     --build-arg VERSION="$version" --build-arg REVISION="$revision" \
@@ -110,6 +113,9 @@ secure=(--user 65532:65532 --read-only --cap-drop=ALL --security-opt=no-new-priv
 said=$(timeout 30 podman run --rm "${secure[@]}" "$image" --version)
 [ "$said" = "ratelimit $version (revision $revision)" ] || fail "--version said: $said"
 ok "ratelimit --version: $said"
+said=$(timeout 30 podman run --rm "${secure[@]}" --entrypoint /bin/ratelimit "$image" --version)
+[ "$said" = "ratelimit $version (revision $revision)" ] || fail "/bin/ratelimit --version said: $said"
+ok "/bin/ratelimit is the service, where the original's image has it"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 wait_for() { # url: until it answers 200, at most 30 s
@@ -209,7 +215,8 @@ redis_pid=$!
 for _ in $(seq 1 40); do redis-cli -p "$rp" ping >/dev/null 2>&1 && break; sleep 0.25; done
 hp=$(free_port); gp=$(free_port); dp=$(free_port)
 containers+=(rl-image-redis)
-podman run -d --name rl-image-redis "${secure[@]}" --network host \
+# As the original's Deployments run it: `command: ["/bin/ratelimit"]`.
+podman run -d --name rl-image-redis "${secure[@]}" --network host --entrypoint /bin/ratelimit \
     -v "$work/runtime:/runtime:ro" "${runtime_env[@]}" \
     -e BACKEND_TYPE=redis -e REDIS_SOCKET_TYPE=tcp -e "REDIS_URL=127.0.0.1:$rp" \
     -e REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true \
@@ -222,7 +229,7 @@ counts_down "$hp" image json r 3 redis
 grpc_counts_down rl-image-redis "$gp" image grpc r 2 redis
 keys=$(redis-cli -p "$rp" --scan --pattern 'image_*' | wc -l)
 [ "$keys" -ge 2 ] || fail "no counters in Redis ($keys keys)"
-ok "on Redis: /json and gRPC count down to OVER_LIMIT, $keys counters in Redis"
+ok "on Redis, started as /bin/ratelimit: /json and gRPC count down to OVER_LIMIT, $keys counters in Redis"
 podman stop -t "$grace" rl-image-redis >/dev/null
 
 echo "image: built and checked in $((SECONDS - start)) s"

@@ -73,6 +73,46 @@ grep -q "backend: memory" <<<"$out" || fail "unclear error for memory with 3 rep
 if out=$("$helm" template t "$chart" --set backend=redis 2>&1); then fail "redis without a URL rendered"; fi
 grep -q "redis.url is required" <<<"$out" || fail "unclear error for redis without url: $out"
 ok "the chart refuses memory with several replicas and Redis without a URL"
+if out=$("$helm" template t "$chart" --set backend=redis --set redis.url=r:6379 --set env.REDIS_URL=s:6379 2>&1); then
+    fail "redis.url beside env.REDIS_URL rendered"
+fi
+grep -q "env.REDIS_URL: the chart sets REDIS_URL from redis.url" <<<"$out" || fail "unclear error for env.REDIS_URL: $out"
+if out=$("$helm" template t "$chart" --set-json 'extraEnv=[{"name":"BACKEND_TYPE","value":"redis"}]' 2>&1); then
+    fail "extraEnv BACKEND_TYPE rendered"
+fi
+grep -q "the chart sets BACKEND_TYPE from backend" <<<"$out" || fail "unclear error for extraEnv BACKEND_TYPE: $out"
+if out=$("$helm" template t "$chart" --set backend=memcache 2>&1); then fail "memcache without servers rendered"; fi
+grep -q "memcache.hostPort" <<<"$out" || fail "unclear error for memcache without servers: $out"
+ok "the chart refuses a variable it sets itself in env or extraEnv, naming the value, and memcache without servers"
+
+# The Istio example's values, with its network policy turned on.
+"$helm" template t "$chart" -f examples/istio/values.yaml --set networkPolicy.enabled=true \
+    >"$work/istio.rendered.rendered.yaml" || fail "helm template (Istio values)"
+validate "$work/istio.rendered.rendered.yaml" || fail "kubernetes-validate --strict (Istio values)"
+ok "the Istio example's values render and validate, network policy on"
+
+# The Helm commands of the README and the Istio example, verbatim: each
+# `helm install` of their sh blocks rendered with `helm template` (same
+# arguments, files read from the repo), and validated.
+python3 - README.md examples/istio/README.md >"$work/readme-helm.sh" <<'PY'
+import re, sys
+text = "".join(open(p).read() for p in sys.argv[1:])
+commands = []
+for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+    for command in re.split(r"(?<!\\)\n", block):
+        command = command.replace("\\\n", " ")
+        if command.strip().startswith("helm install "):
+            commands.append(command.strip().replace("helm install ", "\"$helm\" template ", 1))
+if not commands:
+    sys.exit("no helm install command in the README")
+for i, c in enumerate(commands):
+    print(f'{c} >"$work/readme-{i}.yaml" || fail "the README\'s helm command {i + 1} fails as written"')
+    print(f'validate "$work/readme-{i}.yaml" || fail "the README\'s helm command {i + 1} renders invalid manifests"')
+print(f"readme_commands={len(commands)}")
+PY
+# shellcheck disable=SC1091
+. "$work/readme-helm.sh"
+ok "the README's $readme_commands helm install command(s) render as written and validate"
 
 # Runtime checks on the rendered manifests: the shipped descriptor config,
 # the Deployment's env and mount path on a kubelet-like ConfigMap layout with

@@ -106,6 +106,58 @@ def lay_out_configmap(directory, files, stamp):
             os.symlink(os.path.join("..data", name), link)
 
 
+def matches(selector, labels):
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def check_selectors(label):
+    """Every selector of a rendered chart picks exactly the pods it is for:
+    the service's (Deployment, Service, PodDisruptionBudget, NetworkPolicy)
+    never the in-chart Redis or the test pod, and the Redis's its own."""
+    documents = docs(label)
+    pods = {}
+    for d in documents:
+        if d["kind"] == "Deployment":
+            pods[d["metadata"]["name"]] = d["spec"]["template"]["metadata"]["labels"]
+        elif d["kind"] == "Pod":
+            pods[d["metadata"]["name"]] = d["metadata"]["labels"]
+    checked = 0
+    for d in documents:
+        name = d["metadata"]["name"]
+        selector = {
+            "Deployment": lambda: d["spec"]["selector"]["matchLabels"],
+            "Service": lambda: d["spec"]["selector"],
+            "PodDisruptionBudget": lambda: d["spec"]["selector"]["matchLabels"],
+            "NetworkPolicy": lambda: d["spec"]["podSelector"]["matchLabels"],
+        }.get(d["kind"])
+        if selector is None:
+            continue
+        own = "t-ratelimit-redis" if name.endswith("-redis") else "t-ratelimit"
+        picked = sorted(p for p, labels in pods.items() if matches(selector(), labels))
+        if picked != [own]:
+            fail(f"{label}: the {d['kind']} {name} selects {picked}, not [{own}]")
+        checked += 1
+    return checked
+
+
+for label in ["redis-in-chart-values.yaml", "all-optional-values.yaml", "istio.rendered"]:
+    n = check_selectors(label)
+    if label == "redis-in-chart-values.yaml" and n < 6:
+        fail(f"{label}: only {n} selectors rendered (Deployments, Services, PDB, NetworkPolicies)")
+ok("each selector picks only its own pods: the service's never the in-chart Redis or the test pod")
+
+for d in docs("istio.rendered"):
+    if d["kind"] == "NetworkPolicy" and not d["metadata"]["name"].endswith("-redis"):
+        gateway = d["spec"]["ingress"][0]["from"]
+        if not all(e.get("namespaceSelector") for e in gateway if "podSelector" in e):
+            fail(f"the Istio values let only pods of the release's namespace in: {gateway}")
+ok("the Istio values' network policy admits the gateway from istio-system")
+
+memcache_env, _ = container_env(kind(docs("memcache-values.yaml"), "Deployment"))
+if memcache_env.get("BACKEND_TYPE") != "memcache" or not memcache_env.get("MEMCACHE_HOST_PORT"):
+    fail(f"backend: memcache rendered {memcache_env}")
+ok("backend: memcache renders BACKEND_TYPE and MEMCACHE_HOST_PORT")
+
 defaults = docs("defaults")
 configmap = kind(defaults, "ConfigMap", "config")
 files = configmap["data"]

@@ -67,6 +67,9 @@ pub struct VarSpec {
     pub default: &'static str,
     /// Whether this service acts on the variable yet.
     pub support: Support,
+    /// What it sets: its doc comment's text, one line per comment line
+    /// (`docs/settings.md` shows it, held there by a test).
+    pub meaning: &'static str,
 }
 
 /// The row of [`VARS`] or [`EXTENSIONS`] for `name`.
@@ -81,10 +84,10 @@ pub fn spec(name: &str) -> Option<&'static VarSpec> {
 macro_rules! vars {
     (
         $(#[$table_doc:meta])* static $table:ident;
-        $($(#[$doc:meta])* $konst:ident = $name:literal, $kind:ident, $default:literal, $support:ident;)*
+        $($(#[doc = $doc:literal])* $konst:ident = $name:literal, $kind:ident, $default:literal, $support:ident;)*
     ) => {
         $(
-            $(#[$doc])*
+            $(#[doc = $doc])*
             #[doc = concat!("\n\nKind: ", stringify!($kind), "; default: \"", $default, "\".")]
             pub const $konst: &str = $name;
         )*
@@ -96,6 +99,7 @@ macro_rules! vars {
                 kind: Kind::$kind,
                 default: $default,
                 support: Support::$support,
+                meaning: concat!($($doc, "\n"),*),
             },)*
         ];
     };

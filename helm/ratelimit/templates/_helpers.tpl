@@ -27,6 +27,24 @@ app.kubernetes.io/name: {{ include "ratelimit.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{- /*
+The in-chart Redis has labels of its own, so that no selector of the
+service (its Deployment, Service, PodDisruptionBudget, NetworkPolicy,
+ServiceMonitor) selects the Redis pod.
+*/ -}}
+{{- define "ratelimit.redisSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "ratelimit.name" . }}-redis
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: redis
+{{- end }}
+
+{{- define "ratelimit.redisLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "ratelimit.redisSelectorLabels" . }}
+app.kubernetes.io/part-of: {{ include "ratelimit.name" . }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
 {{- define "ratelimit.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "ratelimit.fullname" .) .Values.serviceAccount.name }}

@@ -57,12 +57,22 @@ fn active_variables_are_the_ones_acted_on() {
     );
 }
 
+const SETTINGS_PAGE: &str = include_str!("../../../docs/settings.md");
+const ORIGINALS_HEADING: &str = "## The original's variables";
+
+/// The settings page before its section of the original's variables.
+fn extensions_part() -> &'static str {
+    SETTINGS_PAGE
+        .split(ORIGINALS_HEADING)
+        .next()
+        .unwrap_or(SETTINGS_PAGE)
+}
+
 /// `docs/settings.md` lists exactly [`EXTENSIONS`], each with its kind
 /// and default, so the page cannot go stale.
 #[test]
 fn the_settings_page_lists_every_extension() {
-    let page = include_str!("../../../docs/settings.md");
-    let mut listed: Vec<(String, String, String)> = page
+    let mut listed: Vec<(String, String, String)> = extensions_part()
         .lines()
         .filter_map(|l| {
             let cells: Vec<&str> = l.strip_prefix("| `")?.split(" | ").collect();
@@ -81,6 +91,55 @@ fn the_settings_page_lists_every_extension() {
     listed.sort();
     expected.sort();
     assert_eq!(listed, expected, "docs/settings.md against EXTENSIONS");
+}
+
+/// One row of the settings page's table of the original's variables,
+/// generated from [`VARS`]: name, kind, default, status and the doc text.
+fn reference_row(v: &VarSpec) -> String {
+    let default = if v.default.is_empty() {
+        "(empty)".to_string()
+    } else {
+        format!("`{}`", v.default)
+    };
+    let status = match v.support {
+        Support::Active => "acted on",
+        Support::Accepted => "accepted, ignored",
+    };
+    let meaning = v
+        .meaning
+        .lines()
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('|', "\\|");
+    let kind = format!("{:?}", v.kind).to_lowercase();
+    format!(
+        "| `{}` | {kind} | {default} | {status} | {meaning} |",
+        v.name
+    )
+}
+
+/// `docs/settings.md` lists every one of the original's variables, in
+/// [`VARS`]'s order, with its kind, default, status and meaning as they are
+/// declared: the table is generated from the declaration (the failure
+/// prints it), so it cannot drift.
+#[test]
+fn the_settings_page_lists_every_original_variable() {
+    let section = SETTINGS_PAGE
+        .split(ORIGINALS_HEADING)
+        .nth(1)
+        .expect("docs/settings.md has a section of the original's variables");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let listed: Vec<&str> = section.lines().filter(|l| l.starts_with("| `")).collect();
+    let expected: Vec<String> = VARS.iter().map(reference_row).collect();
+    assert_eq!(
+        listed,
+        expected,
+        "docs/settings.md's table of the original's variables; it should read:\n\n\
+         | variable | kind | default | status | meaning |\n|---|---|---|---|---|\n{}\n",
+        expected.join("\n")
+    );
+    assert_eq!(listed.len(), 114);
 }
 
 #[test]
