@@ -3,7 +3,8 @@
 //! tenant `beta` (10 a second for the fleet), three Envoy processes (two
 //! at a time) each offered 30 a second, on the memory store (every Envoy
 //! on one instance), and on two instances on a single Redis and on the
-//! 6-node Redis Cluster (the first Envoy on one, the others on the other).
+//! 6-node Redis Cluster (the first Envoy on one, the others on the other),
+//! the three stores at once.
 //! Per second and per Envoy, the requests admitted:
 //!
 //! - **a newcomer is not starved**: the second Envoy, and later the third,
@@ -220,7 +221,6 @@ struct Timeline {
 /// the first instance of `instances`, the others to the second (the same
 /// one when there is one).
 fn run(what: &str, instances: &[Service]) {
-    let _one = support::one_at_a_time();
     let rlqs = |i: usize| instances[i % instances.len()].grpc;
     let t0 = Instant::now();
     let next_second = || t0.elapsed().as_secs_f64().ceil() as usize;
@@ -350,30 +350,39 @@ fn check(what: &str, t: &Timeline, [a, b, c]: [&[u64]; 3], changes: u64) {
     );
 }
 
+/// The three stores' runs at once, under one turn: each is two Envoys at
+/// 30 requests a second, mostly asleep, and their timelines are their own.
+/// A run that fails names its store.
 #[test]
-fn two_envoys_on_one_instance_on_memory() {
-    let svc = Service::start(&[("rlqs.yaml", RULES)], &[]);
-    run("memory", &[svc]);
-}
-
-#[test]
-fn two_envoys_on_two_instances_on_one_redis() {
+fn two_envoys_join_and_leave_on_every_store() {
+    let _one = support::one_at_a_time();
     let redis = RedisServer::start();
-    let env = redis_env("single", redis.addr());
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let instances: Vec<Service> = (0..2)
-        .map(|_| Service::start(&[("rlqs.yaml", RULES)], &env))
-        .collect();
-    run("redis", &instances);
-}
-
-#[test]
-fn two_envoys_on_two_instances_on_the_redis_cluster() {
     let cluster = RedisCluster::start();
-    let env = redis_env("cluster", cluster.seeds().join(","));
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let instances: Vec<Service> = (0..2)
-        .map(|_| Service::start(&[("rlqs.yaml", RULES)], &env))
-        .collect();
-    run("cluster", &instances);
+    let on = |env: Vec<(&'static str, String)>| -> Vec<Service> {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        (0..2)
+            .map(|_| Service::start(&[("rlqs.yaml", RULES)], &env))
+            .collect()
+    };
+    let stores = [
+        ("memory", vec![Service::start(&[("rlqs.yaml", RULES)], &[])]),
+        ("redis", on(redis_env("single", redis.addr()))),
+        (
+            "cluster",
+            on(redis_env("cluster", cluster.seeds().join(","))),
+        ),
+    ];
+    let failed: Vec<String> = std::thread::scope(|scope| {
+        let runs: Vec<_> = stores
+            .into_iter()
+            .map(|(what, instances)| (what, scope.spawn(move || run(what, &instances))))
+            .collect();
+        runs.into_iter()
+            .filter_map(|(what, run)| run.join().is_err().then(|| what.to_string()))
+            .collect()
+    });
+    assert!(
+        failed.is_empty(),
+        "RLQS runs failed on: {failed:?} (their panics are above)"
+    );
 }
