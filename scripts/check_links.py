@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Checks every relative link of the repository's Markdown files: the file
 it names exists, and a `#fragment` names a heading of that file (GitHub's
-anchor rules). Prints each dead link and exits 1 if there is any."""
+anchor rules). Also that the README, a landing page, has no line over
+README_MAX characters outside code blocks. Prints each dead link or long
+line and exits 1 if there is any."""
 import pathlib
 import re
 import subprocess
@@ -9,6 +11,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+README_MAX = 300
 
 
 def anchors(path):
@@ -40,6 +43,8 @@ def main():
                 fence = not fence
             if fence:
                 continue
+            if name == "README.md" and len(line) > README_MAX:
+                dead.append(f"{name}:{number}: a line of {len(line)} characters (at most {README_MAX})")
             for target in LINK.findall(line):
                 if re.match(r"^[a-z]+:", target):
                     continue
