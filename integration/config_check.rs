@@ -186,3 +186,15 @@ fn a_bad_calendar_is_refused_with_file_line_and_hint() {
     let o = run(&["-config_dir", d]);
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
 }
+
+#[test]
+fn without_config_dir_the_original_lines_and_a_hint() {
+    let o = run(&[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stdout(&o),
+        "checking rate limit configs...\nloading config directory: \nerror opening directory : open : no such file or directory\n"
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("-config_dir is required"), "{err}");
+}

@@ -8,7 +8,9 @@
 //! The bound checked is the one `/rlconfig` and the docs state: a limit of
 //! `L` over `N` instances at `LOCAL_FIRST_MAX_OVER` `ε` admits at most
 //! `L + N·⌊ε·L/N⌋` a window (here 1000 + 3·3 = 1009), and near the limit
-//! the store decides, so at least 95 % of `L` is admitted.
+//! the store decides, so at least 95 % of `L` is admitted. A paused Redis
+//! leaves far keys answered from the views until the stated staleness,
+//! then to the rule's `failure_mode`, with the bound held through it.
 
 use crate::support;
 
@@ -271,6 +273,139 @@ async fn shared_with_the_synchronous_path(
     assert!(local.stat("ratelimit.local_first.local_decision") > 0);
 }
 
+/// Redis paused (SIGSTOP) for 5 s under traffic. Keys far from their
+/// limits keep being answered from the views, with no call sent to the
+/// store, for the stated staleness (`max(3 s, 10 × sync_interval)` after
+/// the last answered write-back: 3 s here); then the rule's `failure_mode`
+/// (`error`, the default) answers them. A key near its limit admits no
+/// more than the bound through the pause, and after it everything is
+/// answered by the store again.
+async fn a_paused_redis(redis: &RedisServer, env: &[(&'static str, String)]) {
+    // The production deadline (the harness's default is 10 s).
+    let mut env = env.to_vec();
+    env.push(("STORE_TIMEOUT", "50ms".into()));
+    let fleet = instances(&env, 3);
+    counted(&fleet).await;
+    support::wait_for_fresh_window(3600, 60);
+    let run = unix_now();
+    let near = format!("near{run}");
+    let before = offer(&fleet, "local", &near, 990, false, None).await;
+    assert_eq!(before, 990, "below the limit every call is admitted");
+    let far: Vec<String> = (0..30).map(|i| format!("paused{run}_{i}")).collect();
+    let mut clients = Vec::new();
+    for svc in &fleet {
+        clients.push(svc.client().await);
+    }
+    let one = |c: &mut Client, key: &str, value: &str| {
+        let mut c = c.clone();
+        let req = request("lf", vec![desc(&[(key, value)])]);
+        async move { call(&mut c, req).await }
+    };
+    for c in clients.iter_mut() {
+        for v in &far {
+            assert_eq!(one(c, "far", v).await.expect("call").overall_code, OK);
+        }
+    }
+    // Every view's last write-back answered before the pause.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sent = |fleet: &[Service]| -> u64 {
+        fleet
+            .iter()
+            .map(|s| s.stat("ratelimit.local_first.store_decision"))
+            .sum()
+    };
+    let sent_before = sent(&fleet);
+    redis.pause();
+    let paused = Instant::now();
+
+    // The first 2 s: every far call answered OK from its view.
+    let (mut calls, mut slowest) = (0, Duration::ZERO);
+    while paused.elapsed() < Duration::from_secs(2) {
+        for c in clients.iter_mut() {
+            for v in far.iter().take(10) {
+                let t = Instant::now();
+                let r = one(c, "far", v).await.expect("answered from the view");
+                slowest = slowest.max(t.elapsed());
+                assert_eq!(r.overall_code, OK);
+                calls += 1;
+            }
+        }
+    }
+    let sent_while_fresh = sent(&fleet) - sent_before;
+    println!(
+        "paused Redis: {calls} far calls in the first 2 s, all OK, the slowest in {:.2} ms; {sent_while_fresh} sent to the store",
+        slowest.as_secs_f64() * 1e3
+    );
+    assert_eq!(
+        sent_while_fresh, 0,
+        "no far call waited on the paused store"
+    );
+
+    // The near key through the pause: whatever the views still admit.
+    let mut during = 0;
+    let (mut refused, mut slowest_near) = (0, Duration::ZERO);
+    for i in 0..30 {
+        let t = Instant::now();
+        match one(&mut clients[i % 3], "local", &near).await {
+            Ok(r) => during += usize::from(r.overall_code == OK),
+            Err(_) => refused += 1,
+        }
+        slowest_near = slowest_near.max(t.elapsed());
+    }
+    println!(
+        "paused Redis: the near key, 30 calls: {during} admitted from the views, {refused} answered by failure_mode: error, the slowest in {:.1} ms",
+        slowest_near.as_secs_f64() * 1e3
+    );
+
+    // Past the staleness: the rule's failure_mode (error) answers.
+    let stale_at = Duration::from_millis(3_500);
+    tokio::time::sleep(stale_at.saturating_sub(paused.elapsed())).await;
+    let mut failed = 0;
+    for c in clients.iter_mut() {
+        failed += usize::from(one(c, "far", &far[0]).await.is_err());
+    }
+    println!(
+        "paused Redis: at {:.1} s, {failed} of 3 far calls answered by failure_mode: error",
+        paused.elapsed().as_secs_f64()
+    );
+    assert_eq!(failed, 3, "stale views no longer answer");
+    tokio::time::sleep(Duration::from_secs(5).saturating_sub(paused.elapsed())).await;
+    redis.resume();
+
+    // After the pause: every instance's store answers again (its breaker
+    // probes after its cooldown), and the window holds.
+    for (i, c) in clients.iter_mut().enumerate() {
+        let mut back = false;
+        for _ in 0..100 {
+            if one(c, "far", &far[1]).await.is_ok() {
+                back = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(back, "instance {i} answers again after the pause");
+    }
+    // 100 answered calls of the near key (a breaker may open again while
+    // Redis works off what queued during the pause: its errors are not
+    // counted).
+    let (mut after, mut answered) = (0, 0);
+    let until = Instant::now() + Duration::from_secs(20);
+    while answered < 100 && Instant::now() < until {
+        match one(&mut clients[answered % 3], "local", &near).await {
+            Ok(r) => {
+                answered += 1;
+                after += usize::from(r.overall_code == OK);
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    assert_eq!(answered, 100, "the store answers after the pause");
+    let admitted = before + during + after;
+    println!("paused Redis: the near key admitted {before} + {during} during the pause + {after} after = {admitted} (bound {BOUND})");
+    assert!(admitted <= BOUND, "{admitted} > {BOUND}");
+    assert!(admitted >= LIMIT * 95 / 100, "{admitted} < 95 %");
+}
+
 async fn counted_alone(svc: &Service) {
     let mut c = svc.client().await;
     call(&mut c, request("lf", vec![desc(&[("far", "warm")])]))
@@ -287,6 +422,7 @@ async fn local_first_on_one_redis() {
     accuracy(&env, "one Redis").await;
     store_calls(&env, &[redis.port], "one Redis").await;
     shared_with_the_synchronous_path(&env, &|key| redis.cli(&["get", key])).await;
+    a_paused_redis(&redis, &env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

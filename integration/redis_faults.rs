@@ -47,7 +47,7 @@ type Answer = Result<RateLimitResponse, tonic::Status>;
 
 struct Timed {
     svc: Service,
-    client: envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>,
+    client: Client,
     /// Call times during the fault, by mode.
     times: Vec<(&'static str, Duration)>,
 }

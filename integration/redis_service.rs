@@ -624,7 +624,10 @@ async fn outage_and_recovery() {
         "/json",
         br#"{"domain":"d","descriptors":[{"entries":[{"key":"l10","value":"o"}]}]}"#,
     );
-    assert_eq!((r.status, r.body.as_str()), (400, "Bad Request\n"));
+    // The original's 400, with why: the store's error.
+    assert_eq!(r.status, 400);
+    let reason = r.body.strip_prefix("Bad Request\n").unwrap_or_default();
+    assert!(!reason.trim().is_empty(), "no reason: {:?}", r.body);
     server.restart();
     let mut recovered = false;
     for _ in 0..100 {
@@ -742,6 +745,23 @@ fn malformed_redis_settings_are_clear_start_up_errors() {
     ]);
     assert!(
         err.contains("timed out waiting for Redis connection to"),
+        "{err}"
+    );
+    assert!(err.contains("check REDIS_URL"), "names the settings: {err}");
+    // The original's default, a unix socket that is not there: said
+    // plainly, with the settings to change.
+    let err = refused(&[
+        ("BACKEND_TYPE", "redis"),
+        ("REDIS_SOCKET_TYPE", "unix"),
+        ("REDIS_URL", "/nonexistent/ratelimit.sock"),
+        ("REDIS_STARTUP_INITIAL_INTERVAL", "50ms"),
+        ("REDIS_STARTUP_MAX_ELAPSED_TIME", "500ms"),
+    ]);
+    assert!(
+        err.contains("no socket at /nonexistent/ratelimit.sock")
+            && err.contains("REDIS_SOCKET_TYPE=tcp")
+            && err.contains("BACKEND_TYPE=memory")
+            && !err.contains("Os {"),
         "{err}"
     );
 }
@@ -974,6 +994,25 @@ async fn basic_scenario_every_backend() {
     let env = sentinel.env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     basic_scenario(&env, false).await;
+}
+
+/// The debug port's answers that are empty on Redis say why, and what to
+/// do instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_debug_answers_say_why() {
+    let redis = Redis::Single(RedisServer::start());
+    let svc = start(&redis, &[("HOT_KEYS_TOP_K", "0")]);
+    let hint = |path: &str| -> String {
+        let body: serde_json::Value = serde_json::from_str(&svc.debug(path).body).expect("JSON");
+        body["hint"].as_str().unwrap_or_default().to_string()
+    };
+    assert!(
+        hint("/keys").contains("redis-cli --scan"),
+        "{}",
+        hint("/keys")
+    );
+    assert!(hint("/audit").contains("DECISION_AUDIT_SAMPLE"));
+    assert!(hint("/hotkeys").contains("HOT_KEYS_TOP_K=0"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -113,7 +113,10 @@ async fn sv01_sv02_empty_domain_and_descriptors() {
         "/json",
         br#"{"domain":"","descriptors":[{"entries":[{"key":"a","value":"b"}]}]}"#,
     );
-    assert_eq!((r.status, r.body.as_str()), (400, "Bad Request\n"));
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (400, "Bad Request\nrate limit domain must not be empty\n")
+    );
 }
 
 #[tokio::test]
@@ -139,7 +142,12 @@ async fn sv03_no_configuration_loaded() {
     assert!(svc.eventually(Duration::from_secs(10), || svc
         .stat("ratelimit.service.config_load_error")
         == 1));
-    assert_eq!(svc.debug("/rlconfig").body, "");
+    // The original's empty body, and why in a header.
+    let r = svc.debug("/rlconfig");
+    assert_eq!(r.body, "");
+    assert!(r
+        .header("x-ratelimit-hint")
+        .is_some_and(|h| h.starts_with("no configuration loaded")));
     // Without force start, a failed first load does not stop start-up either.
     drop(c);
     svc.signal("TERM");
@@ -563,15 +571,36 @@ async fn sv25_request_hits_zero_means_one() {
 #[tokio::test]
 async fn h1_json_endpoint() {
     let svc = start(&[]);
+    // The original's status and first line; the reason on the next.
     let r = svc.http("POST", "/json", b"");
-    assert_eq!((r.status, r.body.as_str()), (400, "Bad Request\n"));
+    assert_eq!(r.status, 400);
+    assert!(
+        r.body
+            .starts_with("Bad Request\ninvalid RateLimitRequest JSON: EOF"),
+        "{}",
+        r.body
+    );
     assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
     let r = svc.http("POST", "/json", b"}");
-    assert_eq!((r.status, r.body.as_str()), (400, "Bad Request\n"));
+    assert_eq!(r.status, 400);
+    assert!(r
+        .body
+        .starts_with("Bad Request\ninvalid RateLimitRequest JSON"));
     let r = svc.http("POST", "/json", br#"{"domain":"test","descriptors":[{"entries":[{"key":"hello","value":"world"}]}],"bogus":1}"#);
     assert_eq!(r.status, 400, "unknown fields are rejected");
+    assert!(
+        r.body.contains("bogus"),
+        "the reason names the field: {}",
+        r.body
+    );
     let r = svc.http("POST", "/json", br#"{"domain":"test","descriptors":[]}"#);
-    assert_eq!((r.status, r.body.as_str()), (400, "Bad Request\n"));
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (
+            400,
+            "Bad Request\nrate limit descriptor list must not be empty\n"
+        )
+    );
     let r = svc.http(
         "POST",
         "/json",

@@ -64,6 +64,10 @@ fn check(dir: &str, merge: bool) -> Result<(), ()> {
                 "error opening directory {dir}: open {dir}: {}",
                 go_io_text(&e)
             );
+            // The original's line above; what to do, on standard error.
+            if dir.is_empty() {
+                eprintln!("hint: -config_dir is required: ratelimit_config_check -config_dir <directory of the YAML files>");
+            }
             return Err(());
         }
     };

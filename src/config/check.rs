@@ -140,7 +140,13 @@ fn check_map(map: &Node) -> Result<(), CheckError> {
 
 /// The closest allowed key to a misspelled one, if any is close enough.
 pub fn suggest(unknown: &str) -> Option<&'static str> {
-    VALID_KEYS
+    closest(unknown, VALID_KEYS)
+}
+
+/// The closest of `candidates` to a misspelled word, if any is close enough
+/// (Jaro-Winkler similarity of at least 0.8).
+pub fn closest(unknown: &str, candidates: &[&'static str]) -> Option<&'static str> {
+    candidates
         .iter()
         .map(|k| (strsim::jaro_winkler(unknown, k), *k))
         .filter(|(score, _)| *score >= 0.8)
@@ -272,6 +278,7 @@ mod tests {
         assert_eq!(suggest("requestsperunit"), Some("requests_per_unit"));
         assert_eq!(suggest("unlimied"), Some("unlimited"));
         assert_eq!(suggest("zzzzzz"), None);
+        assert_eq!(closest("minuet", &["second", "minute"]), Some("minute"));
     }
 
     #[test]

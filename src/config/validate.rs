@@ -361,11 +361,20 @@ fn check_rate_limit(file: &str, rl: &RawRateLimit) -> Result<Unit, ConfigError> 
         (true, None) => Unit::Unknown,
         (false, Some(unit)) => unit,
         (false, None) => {
-            return Err(ConfigError::new(
-                file,
-                ConfigErrorKind::InvalidUnit(rl.unit.clone()),
-                Some(rl.line),
-            ))
+            // The original's message, with the valid units beside it.
+            let valid = Unit::NAMES.join(", ");
+            let hint = match super::check::closest(&rl.unit.to_lowercase(), Unit::NAMES) {
+                Some(near) => format!("did you mean '{near}'? valid units: {valid}"),
+                None => format!("valid units: {valid}"),
+            };
+            return Err(ConfigError {
+                hint: Some(hint),
+                ..ConfigError::new(
+                    file,
+                    ConfigErrorKind::InvalidUnit(rl.unit.clone()),
+                    Some(rl.line),
+                )
+            });
         }
     };
     for r in &rl.replaces {

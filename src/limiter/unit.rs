@@ -59,6 +59,11 @@ impl Unit {
         })
     }
 
+    /// The names a rule's `unit` may take (any case), as a config error
+    /// lists them.
+    pub const NAMES: &'static [&'static str] =
+        &["second", "minute", "hour", "day", "week", "month", "year"];
+
     /// The protobuf enum name, as `/rlconfig` prints it.
     pub fn name(self) -> &'static str {
         match self {

@@ -36,6 +36,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{
 };
 use envoy_types::pb::google::protobuf::UInt64Value;
 
+/// A gRPC client of the service's `RateLimitService`.
+pub type Client = RateLimitServiceClient<tonic::transport::Channel>;
+
 /// A status's or a response's `code` as the wire carries it: allowed.
 pub const OK: i32 = Code::Ok as i32;
 /// Refused.
@@ -244,7 +247,7 @@ impl Service {
     }
 
     /// A gRPC client.
-    pub async fn client(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
+    pub async fn client(&self) -> Client {
         RateLimitServiceClient::connect(format!("http://{}", self.grpc))
             .await
             .expect("grpc connect")

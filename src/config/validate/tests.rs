@@ -245,6 +245,23 @@ fn refusals_say_what_and_where() {
     ));
     assert_eq!(e.kind, ConfigErrorKind::InvalidUnit("fortnight".into()));
     assert_eq!(
+        e.hint.as_deref(),
+        Some("valid units: second, minute, hour, day, week, month, year")
+    );
+    // A near miss is named; the message stays the original's.
+    let e = error_of(&format!(
+        "{HEAD}    rate_limit:\n      unit: minuet\n      requests_per_unit: 1\n"
+    ));
+    assert_eq!(e.kind, ConfigErrorKind::InvalidUnit("minuet".into()));
+    assert!(e
+        .kind
+        .to_string()
+        .ends_with("invalid rate limit unit 'minuet'"));
+    assert_eq!(
+        e.hint.as_deref(),
+        Some("did you mean 'minute'? valid units: second, minute, hour, day, week, month, year")
+    );
+    assert_eq!(
             error_of(&format!("{HEAD}{rl}      burst: many\n")).to_string(),
             "f.yaml: error loading config file: yaml: unmarshal errors:\n  line 7: cannot unmarshal !!str `many` into uint32"
         );

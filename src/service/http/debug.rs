@@ -92,8 +92,21 @@ async fn index() -> Response {
     )
 }
 
+/// Why `/rlconfig` is empty, in a header: the body stays the original's
+/// (empty), which tools may read.
+const NO_CONFIG_HINT: &str =
+    "no configuration loaded: see the log for the file and line of the error, or check RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config";
+
 async fn rlconfig(State(s): State<DebugState>) -> Response {
-    text(s.config.current().map(|c| c.dump()).unwrap_or_default())
+    match s.config.current() {
+        Some(c) => text(c.dump()),
+        None => {
+            let mut r = text(String::new());
+            r.headers_mut()
+                .insert("x-ratelimit-hint", HeaderValue::from_static(NO_CONFIG_HINT));
+            r
+        }
+    }
 }
 
 async fn stats_page(State(s): State<DebugState>) -> Response {
@@ -105,7 +118,10 @@ async fn stats_page(State(s): State<DebugState>) -> Response {
 async fn hot_keys_page(State(s): State<DebugState>) -> Response {
     json(match &s.hot_keys {
         Some(view) => view.json(),
-        None => serde_json::json!({ "hot_keys": [] }),
+        None => serde_json::json!({
+            "hot_keys": [],
+            "hint": "hot key detection is off: HOT_KEYS_TOP_K=0",
+        }),
     })
 }
 
@@ -114,7 +130,11 @@ async fn hot_keys_page(State(s): State<DebugState>) -> Response {
 async fn audit_page(State(s): State<DebugState>) -> Response {
     json(match &s.audit {
         Some(audit) => audit.to_json(),
-        None => serde_json::json!({ "sample": 0.0, "rules": [] }),
+        None => serde_json::json!({
+            "sample": 0.0,
+            "rules": [],
+            "hint": "the audit is off: set DECISION_AUDIT_SAMPLE (e.g. 0.01) to audit a share of decisions",
+        }),
     })
 }
 
@@ -132,7 +152,10 @@ async fn keys_page(State(s): State<DebugState>) -> Response {
                 .collect();
             serde_json::json!({"max_keys": store.max_keys(), "keys": store.len(), "rules": rules})
         }
-        None => serde_json::json!({ "rules": [] }),
+        None => serde_json::json!({
+            "rules": [],
+            "hint": "/keys shows the memory store's keys (BACKEND_TYPE=memory); on Redis, count them there: redis-cli --scan --pattern '<domain>_*'",
+        }),
     })
 }
 

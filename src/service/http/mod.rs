@@ -43,7 +43,8 @@ pub fn router(engine: Arc<Engine>, health: Health) -> Router {
 }
 
 /// `text/plain` with Go's `http.Error` headers.
-fn plain(status: StatusCode, body: &'static str) -> Response {
+fn plain(status: StatusCode, body: impl Into<Body>) -> Response {
+    let body: Body = body.into();
     let mut r = (status, body).into_response();
     let h = r.headers_mut();
     h.insert(
@@ -75,7 +76,14 @@ async fn healthcheck(State(s): State<AppState>) -> Response {
 }
 
 async fn json_bridge(State(s): State<AppState>, req: Request) -> Response {
-    let bad_request = || plain(StatusCode::BAD_REQUEST, "Bad Request\n");
+    // The original's status and first line, and the reason on a line of
+    // its own: what was wrong with the request, or why the call failed.
+    let bad_request = |reason: &str| {
+        plain(
+            StatusCode::BAD_REQUEST,
+            format!("Bad Request\n{}\n", reason.trim_end()),
+        )
+    };
     // The whole call, body included, within the deadline: a body trickled
     // a byte at a time gets 408 when it passes.
     let deadline = tokio::time::Instant::now() + JSON_DEADLINE;
@@ -86,8 +94,9 @@ async fn json_bridge(State(s): State<AppState>, req: Request) -> Response {
         Ok(Err(_)) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "Request Entity Too Large\n"),
         Err(_) => return plain(StatusCode::REQUEST_TIMEOUT, "Request Timeout\n"),
     };
-    let Ok(request) = json::parse_request(&body) else {
-        return bad_request();
+    let request = match json::parse_request(&body) {
+        Ok(request) => request,
+        Err(e) => return bad_request(&e.to_string()),
     };
     let decided = tokio::time::timeout_at(deadline, s.engine.should_rate_limit(&request));
     // The original's span for the /json decision, with the response.
@@ -109,11 +118,19 @@ async fn json_bridge(State(s): State<AppState>, req: Request) -> Response {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {
             return match to_http_status(&e) {
-                400 => bad_request(),
-                _ => plain(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error\n"),
+                400 => bad_request(&e.to_string()),
+                _ => plain(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("Internal Server Error\n{e}\n"),
+                ),
             }
         }
-        Err(_) => return bad_request(),
+        Err(_) => {
+            return bad_request(&format!(
+                "no decision within the /json deadline ({} s)",
+                JSON_DEADLINE.as_secs()
+            ))
+        }
     };
     let status = match response.overall_code {
         Code::Ok => StatusCode::OK,

@@ -89,6 +89,22 @@ async fn preload_scripts(pool: &Pool, per_node: bool) {
     }
 }
 
+/// What to check when a deployment does not answer at start-up: the
+/// settings that point at it, and how to try the service without Redis.
+pub(crate) fn startup_hint(target: &Target) -> &'static str {
+    match target {
+        Target::Unix { .. } => {
+            "REDIS_SOCKET_TYPE=unix (the default) reads REDIS_URL as a socket path: for a Redis over \
+             TCP set REDIS_SOCKET_TYPE=tcp and REDIS_URL=host:port; to try the service without \
+             Redis, BACKEND_TYPE=memory"
+        }
+        _ => {
+            "check REDIS_URL, REDIS_TYPE, REDIS_AUTH and REDIS_TLS (REDIS_PERSECOND_* for the \
+             per-second Redis); to try the service without Redis, BACKEND_TYPE=memory"
+        }
+    }
+}
+
 /// Connects one deployment, retrying until `PING` answers `PONG`, with
 /// its scripts loaded.
 async fn connect_one(options: &RedisOptions, retry: StartupRetry) -> Result<Backend, StoreError> {
@@ -97,6 +113,14 @@ async fn connect_one(options: &RedisOptions, retry: StartupRetry) -> Result<Back
     loop {
         let pool = options.pool()?;
         let attempt = async {
+            if let Target::Unix { path } = &options.target {
+                if !std::path::Path::new(path).exists() {
+                    return Err(StoreError::new(
+                        StoreErrorKind::Unavailable,
+                        format!("no socket at {path}"),
+                    ));
+                }
+            }
             pool.init().await.map_err(|e| store_error(&e))?;
             let pong: String = pool.ping(None).await.map_err(|e| store_error(&e))?;
             if pong != "PONG" {
@@ -136,16 +160,20 @@ async fn connect_one(options: &RedisOptions, retry: StartupRetry) -> Result<Back
                     return Err(StoreError::new(
                         e.kind,
                         format!(
-                            "timed out waiting for Redis connection to {} after {:?}: {}",
-                            options.display, elapsed, e.message
+                            "timed out waiting for Redis connection to {} after {:?}: {}; {}",
+                            options.display,
+                            elapsed,
+                            e.message,
+                            startup_hint(&options.target)
                         ),
                     ));
                 }
                 tracing::warn!(
-                    "Redis {} not ready ({}); retrying in {:?}",
+                    "Redis {} not ready ({}); retrying in {:?}; {}",
                     options.display,
                     e.message,
-                    delay
+                    delay,
+                    startup_hint(&options.target)
                 );
                 // Jitter between the minimum and the exponential value.
                 let wait = retry.initial
