@@ -190,7 +190,7 @@ pub(super) async fn write_back<S: Store + ?Sized>(
         }
         if count_now && counts.len() == 2 {
             // This second's count so far and the last whole second's.
-            fleet.counted(counts[0].max(counts[1]));
+            fleet.counted(counts[0].max(counts[1]), now);
             *counted_second = second;
         }
     }

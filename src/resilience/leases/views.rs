@@ -32,8 +32,12 @@ pub fn stale_after(interval: Duration) -> Duration {
 #[derive(Debug)]
 pub struct Fleet {
     /// Instances that wrote to the store in the last whole second (0: not
-    /// known yet).
+    /// known yet), as the shares divide by it: see [`Fleet::counted`].
     instances: AtomicU64,
+    /// Since when (local clock, ns; 0: not) every count has been below
+    /// `instances`, and the largest of those counts.
+    lower_since: AtomicU64,
+    lower: AtomicU64,
     /// When (local clock, ns) a write-back was last answered.
     answered_at: AtomicU64,
     /// The shortest `sync_interval` seen, ns (`u64::MAX`: none yet, and
@@ -45,6 +49,8 @@ impl Default for Fleet {
     fn default() -> Fleet {
         Fleet {
             instances: AtomicU64::new(0),
+            lower_since: AtomicU64::new(0),
+            lower: AtomicU64::new(0),
             answered_at: AtomicU64::new(0),
             interval: AtomicU64::new(u64::MAX),
         }
@@ -76,9 +82,42 @@ impl Fleet {
         self.instances.load(Ordering::Relaxed)
     }
 
-    pub(super) fn counted(&self, instances: u64) {
-        self.instances.store(instances.max(1), Ordering::Relaxed);
-        ::metrics::gauge!(crate::metrics::LOCAL_FIRST_INSTANCES).set(instances.max(1) as f64);
+    /// The write-back counted `instances` at `now`. A larger count is
+    /// taken at once (smaller shares: never less safe). A smaller one only
+    /// once every count for [`stale_after`] the interval has been smaller
+    /// (then the largest of them): a count can come out low without any
+    /// instance having left, when the store lost or missed a second's
+    /// presence (every instance's write-backs failing through an outage,
+    /// then the first second after it), and every instance dividing by
+    /// too few would each hold a share too large, breaking the bound.
+    /// Only the write-back task calls it.
+    pub(super) fn counted(&self, instances: u64, now: Duration) {
+        let instances = instances.max(1);
+        let current = self.instances.load(Ordering::Relaxed);
+        let taken = if instances >= current {
+            self.lower_since.store(0, Ordering::Relaxed);
+            instances
+        } else {
+            let since = match self.lower_since.load(Ordering::Relaxed) {
+                0 => {
+                    self.lower_since.store(nanos(now).max(1), Ordering::Relaxed);
+                    self.lower.store(instances, Ordering::Relaxed);
+                    nanos(now)
+                }
+                since => {
+                    self.lower.fetch_max(instances, Ordering::Relaxed);
+                    since
+                }
+            };
+            let held = stale_after(self.interval().unwrap_or_default());
+            if now.saturating_sub(Duration::from_nanos(since)) < held {
+                return;
+            }
+            self.lower_since.store(0, Ordering::Relaxed);
+            self.lower.load(Ordering::Relaxed)
+        };
+        self.instances.store(taken, Ordering::Relaxed);
+        ::metrics::gauge!(crate::metrics::LOCAL_FIRST_INSTANCES).set(taken as f64);
     }
 
     pub(super) fn answered(&self, now: Duration) {

@@ -184,3 +184,32 @@ async fn an_instance_without_views_shares_the_counter() {
     f.write_back().await;
     assert_eq!(counter(&f, "shared").await, 21);
 }
+
+/// A larger instance count is taken at once; a smaller one only once every
+/// count for `stale_after` has been smaller, so a count that comes out low
+/// after an outage (the store missed the seconds' presence) never widens
+/// the shares.
+#[test]
+fn the_instance_count_rises_at_once_and_falls_only_when_it_stays_low() {
+    use super::super::views::{stale_after, Fleet};
+    let fleet = Fleet::default();
+    fleet.note(50 * MS);
+    let held = stale_after(50 * MS);
+    let t = Duration::from_secs(100);
+    fleet.counted(3, t);
+    assert_eq!(fleet.instances(), 3);
+    // One low count (the first second after an outage): held at 3.
+    fleet.counted(1, t + Duration::from_secs(1));
+    assert_eq!(fleet.instances(), 3);
+    // Back to 3 within the hold: the low count is forgotten.
+    fleet.counted(3, t + Duration::from_secs(2));
+    fleet.counted(2, t + Duration::from_secs(3));
+    fleet.counted(2, t + Duration::from_secs(3) + held - MS);
+    assert_eq!(fleet.instances(), 3, "not low for long enough");
+    // Low for the whole hold (an instance left): the largest low count.
+    fleet.counted(1, t + Duration::from_secs(3) + held);
+    assert_eq!(fleet.instances(), 2);
+    // A rise is taken at once.
+    fleet.counted(4, t + Duration::from_secs(10));
+    assert_eq!(fleet.instances(), 4);
+}
