@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 
 use super::boards::{self, BoardFigures};
 use super::log::{Decision, Fault, FaultKind, Op, Outcome, QuotaEvent};
-use super::rules::{Mode, Placement, Rule, Shape, Stream, DOMAIN};
+use super::rules::{Mode, Placement, Rule, Shape, Stream, DOMAIN, LOCAL_FIRST_MAX_OVER};
+use ratelimit::resilience::leases::local::Share;
 
 /// How long after a reload an instance may still run the config before it
 /// (the watcher's debounce and the load).
@@ -632,15 +633,18 @@ fn windows(
 
 /// A local-first window's stated excess over `[from, to]`: `N·P`, and
 /// `(N + 1)·P` for each instance killed or restarted within it (see
-/// [`Rule::unwritten`]); 0 for any other rule.
+/// [`Rule::local_first`]); 0 for any other rule.
 fn local_first_allowance(run: &Run<'_>, rule: &Rule, from: u64, to: u64) -> u64 {
+    let (true, Shape::Window { limits, .. }) = (rule.local_first, rule.shape) else {
+        return 0;
+    };
+    let n = run.instances as u64;
     let share = run
         .versions(from, to)
         .into_iter()
-        .map(|v| rule.unwritten[v])
+        .map(|v| Share::of(limits[v], n, LOCAL_FIRST_MAX_OVER).unwritten)
         .max()
         .unwrap_or(0);
-    let n = run.instances as u64;
     let kills = run
         .faults
         .iter()

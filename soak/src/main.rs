@@ -141,9 +141,10 @@ fn soak(length: Duration, seed: u64, out: &Path) -> usize {
         ("RUNTIME_WATCH_ROOT", "false"),
         ("STORE_TIMEOUT", &format!("{STORE_TIMEOUT_MS}ms")),
         ("LEASE_MIN_RATE", "20"),
-        // A local-first window's share is 20 % of its limit over the
-        // instances, so that one of 40 a second is decided locally at all.
-        ("LOCAL_FIRST_MAX_OVER", "0.2"),
+        (
+            "LOCAL_FIRST_MAX_OVER",
+            &rules::LOCAL_FIRST_MAX_OVER.to_string(),
+        ),
         ("RLQS_ASSIGNMENT_TTL", &rlqs_ttl),
     ]
     .iter()

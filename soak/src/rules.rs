@@ -56,15 +56,22 @@ pub struct Rule {
     /// `durability: replicated`: no count is lost to a failover.
     pub durable: bool,
     pub placement: Placement,
-    /// A local-first window's unwritten share `P = ⌊ε·L/N⌋` under config A
-    /// and B (0: decided at the store): its window may admit `N·P` over
-    /// its limit, and `(N + 1)·P` more for each instance killed within it
-    /// (its unwritten admissions never reach the store, and its successor
-    /// starts cold).
-    pub unwritten: [u64; 2],
+    /// Whether its window is local-first (`sync_interval`): it may admit
+    /// `N·P` over its limit (`P`: the service's own [`Share`] of it at
+    /// [`LOCAL_FIRST_MAX_OVER`]), and `(N + 1)·P` more for each instance
+    /// killed within it (its unwritten admissions never reach the store,
+    /// and its successor starts cold).
+    ///
+    /// [`Share`]: ratelimit::resilience::leases::local::Share
+    pub local_first: bool,
     /// The YAML of its `rate_limit` block under config A and B.
     yaml: [&'static str; 2],
 }
+
+/// The instances' `LOCAL_FIRST_MAX_OVER`: 20 % of a local-first window's
+/// limit over the instances, so that one of 40 a second is decided locally
+/// at all.
+pub const LOCAL_FIRST_MAX_OVER: f64 = 0.2;
 
 /// The rules, in the order of the YAML.
 pub const RULES: &[Rule] = &[
@@ -74,7 +81,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Error,
         durable: false,
         placement: Placement::Original,
-        unwritten: [0, 0],
+        local_first: false,
         yaml: [
             "{unit: second, requests_per_unit: 20}",
             "{unit: second, requests_per_unit: 40}",
@@ -86,7 +93,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Open { floor: 4, limit: 20 },
         durable: false,
         placement: Placement::Tagged,
-        unwritten: [0, 0],
+        local_first: false,
         yaml: [
             "{unit: second, requests_per_unit: 20, algorithm: token_bucket, burst: 40, failure_mode: open, fallback_requests_per_unit: 4}",
             "{unit: second, requests_per_unit: 40, algorithm: token_bucket, burst: 80, failure_mode: open, fallback_requests_per_unit: 4}",
@@ -98,7 +105,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Error,
         durable: false,
         placement: Placement::Tagged,
-        unwritten: [0, 0],
+        local_first: false,
         yaml: [
             "{unit: second, unit_multiplier: 2, requests_per_unit: 40, algorithm: sliding_window}",
             "{unit: second, unit_multiplier: 2, requests_per_unit: 40, algorithm: sliding_window}",
@@ -110,7 +117,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Closed,
         durable: false,
         placement: Placement::Original,
-        unwritten: [0, 0],
+        local_first: false,
         yaml: [
             "{unit: second, requests_per_unit: 20, failure_mode: closed}",
             "{unit: second, requests_per_unit: 40, failure_mode: closed}",
@@ -122,7 +129,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Closed,
         durable: true,
         placement: Placement::Original,
-        unwritten: [0, 0],
+        local_first: false,
         yaml: [
             "{unit: second, requests_per_unit: 20, failure_mode: closed, durability: replicated}",
             "{unit: second, requests_per_unit: 40, failure_mode: closed, durability: replicated}",
@@ -134,7 +141,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Open { floor: 3, limit: 20 },
         durable: false,
         placement: Placement::Original,
-        unwritten: [0, 0],
+        local_first: false,
         yaml: [
             "{unit: second, requests_per_unit: 20, failure_mode: open, fallback_requests_per_unit: 3}",
             "{unit: second, requests_per_unit: 40, failure_mode: open, fallback_requests_per_unit: 3}",
@@ -146,8 +153,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Error,
         durable: false,
         placement: Placement::Original,
-        // `LOCAL_FIRST_MAX_OVER` 0.2 over 3 instances: ⌊8/3⌋ and ⌊12/3⌋.
-        unwritten: [2, 4],
+        local_first: true,
         yaml: [
             "{unit: second, requests_per_unit: 40, sync_interval: 50ms}",
             "{unit: second, requests_per_unit: 60, sync_interval: 50ms}",
@@ -159,7 +165,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Error,
         durable: false,
         placement: Placement::Anywhere,
-        unwritten: [0, 0],
+        local_first: false,
         yaml: [
             "{unit: second, requests_per_unit: 300, algorithm: token_bucket, burst: 300, lease: true}",
             "{unit: second, requests_per_unit: 300, algorithm: token_bucket, burst: 300, lease: true}",
@@ -171,7 +177,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Error,
         durable: false,
         placement: Placement::Anywhere,
-        unwritten: [0, 0],
+        local_first: false,
         yaml: [
             "{unit: second, requests_per_unit: 100, shards: 4}",
             "{unit: second, requests_per_unit: 100, shards: 4}",
@@ -183,7 +189,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Error,
         durable: false,
         placement: Placement::Tagged,
-        unwritten: [0, 0],
+        local_first: false,
         yaml: [
             "{unit: day, requests_per_unit: 3000, calendar: true}",
             "{unit: day, requests_per_unit: 3000, calendar: true}",
@@ -195,7 +201,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Error,
         durable: false,
         placement: Placement::Tagged,
-        unwritten: [0, 0],
+        local_first: false,
         yaml: [
             "{algorithm: concurrency, max_in_flight: 5, max_duration: 2s}",
             "{algorithm: concurrency, max_in_flight: 5, max_duration: 2s}",
@@ -207,7 +213,7 @@ pub const RULES: &[Rule] = &[
         mode: Mode::Error,
         durable: false,
         placement: Placement::Tagged,
-        unwritten: [0, 0],
+        local_first: false,
         yaml: [
             "{unit: second, requests_per_unit: 60}",
             "{unit: second, requests_per_unit: 120}",

@@ -105,6 +105,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_listed_names_are_every_unit_with_a_window() {
+        let listed: Vec<Unit> = Unit::NAMES
+            .iter()
+            .filter_map(|n| Unit::from_name(n))
+            .collect();
+        assert_eq!(listed.len(), Unit::NAMES.len());
+        let windowed = (0..8)
+            .filter_map(Unit::from_proto)
+            .filter(|u| u.seconds().is_some())
+            .count();
+        assert_eq!(listed.len(), windowed);
+    }
+
+    #[test]
     fn names_round_trip_in_any_case() {
         for n in 0..8 {
             let unit = Unit::from_proto(n).expect("in range");

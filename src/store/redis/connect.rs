@@ -91,7 +91,7 @@ async fn preload_scripts(pool: &Pool, per_node: bool) {
 
 /// What to check when a deployment does not answer at start-up: the
 /// settings that point at it, and how to try the service without Redis.
-pub(crate) fn startup_hint(target: &Target) -> &'static str {
+fn startup_hint(target: &Target) -> &'static str {
     match target {
         Target::Unix { .. } => {
             "REDIS_SOCKET_TYPE=unix (the default) reads REDIS_URL as a socket path: for a Redis over \
