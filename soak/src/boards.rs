@@ -19,10 +19,11 @@
 
 use std::collections::BTreeMap;
 
-use super::check::{Findings, Latency, Run, Violation, RECOVERY_PAD_US};
+use super::findings::{BoardFigures, Findings, Latency, Violation};
 use super::log::{Heard, QuotaEvent};
 use super::quota::ASSIGNMENT_TTL;
 use super::rules::{Rule, Shape};
+use super::run::{Run, RECOVERY_PAD_US};
 use crate::support::envoy_quota::{Enforced, Told};
 
 /// How long a moved share may take to reach its Envoy: one
@@ -39,35 +40,6 @@ struct Held {
     from: u64,
     to: u64,
     rate: f64,
-}
-
-/// What the checker found on one board.
-#[derive(Debug, Clone, Default)]
-pub struct BoardFigures {
-    /// `rule=value`.
-    pub board: String,
-    pub joins: u64,
-    pub reports: u64,
-    /// Messages that told a bucket (answers and pushes).
-    pub assignments: u64,
-    /// Assignments that differed from the one the Envoy ran.
-    pub changes: u64,
-    pub samples: u64,
-    /// The largest sum of the assignments in force at an instant, over the
-    /// rate (pushes still under way included).
-    pub worst_instant: f64,
-    /// The largest sum counted against the bound (each Envoy at the least
-    /// it runs within its lag), over the rate, with no store fault on.
-    pub worst_settled: f64,
-    /// The same while a store fault was on (each Envoy it cut off counted
-    /// at the least it runs within its TTL).
-    pub worst_in_faults: f64,
-    /// A newcomer's first report to its first token bucket.
-    pub first_share: Latency,
-    /// The rate the board split (config A's), a second.
-    pub rate: f64,
-    /// Per second of the run: the largest sum in force at an instant.
-    pub per_second: Vec<f64>,
 }
 
 /// Checks every board of the run; the answered reports' (send, answer)

@@ -16,7 +16,9 @@
 #![allow(clippy::disallowed_types)]
 
 use ratelimit_soak::support;
-use ratelimit_soak::{check, client, faults, host, instances, links, log, quota, report, rules};
+use ratelimit_soak::{
+    check, client, faults, findings, host, instances, links, log, quota, report, rules, run,
+};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -186,7 +188,7 @@ fn soak(length: Duration, seed: u64, out: &Path) -> usize {
     let logs = Logs::read(out);
     let (faults, mut findings) = logs.check(&streams, start_us, end_us);
     if let Some(what) = unsettled {
-        findings.violations.push(check::Violation {
+        findings.violations.push(findings::Violation {
             what,
             rule: "-",
             key: "-".into(),
@@ -196,7 +198,7 @@ fn soak(length: Duration, seed: u64, out: &Path) -> usize {
     }
     for (c, code) in exits.iter().enumerate() {
         if *code != Some(0) {
-            findings.violations.push(check::Violation {
+            findings.violations.push(findings::Violation {
                 what: format!("client {c} exited with {code:?} (see client-{c}.log)"),
                 rule: "-",
                 key: "-".into(),
@@ -214,7 +216,7 @@ fn soak(length: Duration, seed: u64, out: &Path) -> usize {
     let warm_up_s = 60.0_f64.min(length.as_secs_f64() / 4.0);
     if let Some((i, a, b, span)) = report::memory_growth(&memory, warm_up_s) {
         if length >= Duration::from_secs(600) && !report::flat(a, b) {
-            findings.violations.push(check::Violation {
+            findings.violations.push(findings::Violation {
                 what: format!("instance {i}'s memory grew from {a} to {b} KiB over {span:.0} s"),
                 rule: "-",
                 key: "-".into(),
@@ -423,7 +425,7 @@ fn redis_version() -> String {
 }
 
 /// Every violation, one a line (the report lists the first 100).
-fn write_violations(out: &Path, findings: &check::Findings) {
+fn write_violations(out: &Path, findings: &findings::Findings) {
     let lines: Vec<String> = findings
         .violations
         .iter()
@@ -499,7 +501,7 @@ impl Logs {
         streams: &[rules::Stream],
         start_us: u64,
         end_us: u64,
-    ) -> (Vec<Fault>, check::Findings) {
+    ) -> (Vec<Fault>, findings::Findings) {
         let checked = |faults: &[Fault]| {
             let run = run_of(
                 streams,
@@ -550,8 +552,8 @@ fn run_of<'a>(
     faults: &'a [Fault],
     start_us: u64,
     end_us: u64,
-) -> check::Run<'a> {
-    check::Run {
+) -> run::Run<'a> {
+    run::Run {
         streams,
         decisions,
         quota,

@@ -7,8 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::boards::BoardFigures;
-use super::check::{Findings, Latency};
+use super::findings::{BoardFigures, Findings, Latency};
 use super::host::{self, Cpu};
 use super::log::{Decision, Fault, FaultKind, Op, Outcome};
 use super::rules::{Rule, Shape, Stream, RULES};

@@ -15,8 +15,9 @@ use ratelimit_soak::rules;
 
 use std::time::Duration;
 
-use check::{Findings, Run};
 use log::{Decision, Fault, FaultKind, Heard, Op, Outcome, QuotaEvent};
+use ratelimit_soak::findings::Findings;
+use ratelimit_soak::run::Run;
 use support::envoy_quota::{Enforced, Told};
 
 /// The run starts at 1,000 s (unix µs), on a whole second, and lasts 30 s.

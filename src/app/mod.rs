@@ -217,7 +217,7 @@ pub async fn run(
             idle: settings.quota.idle_timeout,
             sync: settings.quota.sync_interval,
             key_prefix: settings.limiter.cache_key_prefix.clone(),
-            failure_mode: options::failure_mode(&settings),
+            failure_mode: settings.store_failure.failure_mode,
             ..QuotaOptions::default()
         },
         instance: instance_name(),

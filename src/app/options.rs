@@ -2,7 +2,6 @@
 //! names and values meet the types the components take.
 
 use super::AppError;
-use crate::config::FailureMode;
 use crate::engine::{EngineOptions, FailureDefaults, HeaderFormat, HeaderNames};
 use crate::metrics::MetricsOptions;
 use crate::platform::client_tls::ClientTls;
@@ -11,8 +10,8 @@ use crate::platform::telemetry::{ExportProtocol, TracingOptions};
 use crate::resilience::{BreakerOptions, LeaseOptions, ResilienceOptions};
 use crate::service::grpc::admit::Admission;
 use crate::settings::{
-    BackendType, ClientTlsSettings, FailureModeSetting, HeaderFormatSetting, LeaseSettings,
-    ListenerSettings, LogFormat, LogLevel, RedisSettings, RedisType, Settings, TracingProtocol,
+    BackendType, ClientTlsSettings, HeaderFormatSetting, LeaseSettings, ListenerSettings,
+    LogFormat, LogLevel, RedisSettings, RedisType, Settings, TracingProtocol,
 };
 use crate::store::redis::url::Deployment;
 use crate::store::redis::RedisAddress;
@@ -48,16 +47,6 @@ pub fn tracing_options(settings: &Settings) -> Option<TracingOptions> {
         },
         sampling_rate: t.sampling_rate,
     })
-}
-
-/// `STORE_FAILURE_MODE`, the mode of every rule that sets no
-/// `failure_mode`.
-pub(super) fn failure_mode(settings: &Settings) -> FailureMode {
-    match settings.store_failure.failure_mode {
-        FailureModeSetting::Error => FailureMode::Error,
-        FailureModeSetting::Open => FailureMode::Open,
-        FailureModeSetting::Closed => FailureMode::Closed,
-    }
 }
 
 /// The metrics options the settings describe.
@@ -168,7 +157,7 @@ pub(super) fn engine_options(settings: &Settings) -> EngineOptions {
         max_descriptors: settings.request.max_descriptors,
         max_entries: settings.request.max_entries,
         failure: FailureDefaults {
-            mode: failure_mode(settings),
+            mode: settings.store_failure.failure_mode,
             fallback_share: settings.store_failure.fallback_share,
         },
     }

@@ -6,40 +6,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// `failure_mode:` (and the `STORE_FAILURE_MODE` default).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FailureMode {
-    /// The call fails as the original's does (gRPC UNKNOWN).
-    #[default]
-    Error,
-    /// Allowed up to a local floor per instance.
-    Open,
-    /// Denied.
-    Closed,
-}
-
-impl FromStr for FailureMode {
-    type Err = ();
-
-    fn from_str(s: &str) -> Result<FailureMode, ()> {
-        match s {
-            "error" => Ok(FailureMode::Error),
-            "open" => Ok(FailureMode::Open),
-            "closed" => Ok(FailureMode::Closed),
-            _ => Err(()),
-        }
-    }
-}
-
-impl fmt::Display for FailureMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            FailureMode::Error => "error",
-            FailureMode::Open => "open",
-            FailureMode::Closed => "closed",
-        })
-    }
-}
+pub use crate::settings::FailureMode;
 
 /// `durability:`: what must hold a count before the decision it made is
 /// answered.

@@ -185,28 +185,47 @@ impl OriginalWindow {
         }
     }
 
-    /// The decision before counting ([`crate::store::Limit::Window`]) on a counter that
-    /// holds `count`: `cost` fits iff `count + cost ≤ limit`, a cost above
-    /// the limit never does, and the window's end is the reset and the
-    /// retry.
+    /// The decision before counting ([`crate::store::Limit::Window`]) on a
+    /// counter that holds `count`: [`decide_before_counting`], the window's
+    /// end being the reset and the retry.
     pub fn decide(&self, count: u64, cost: u64, now_secs: u64) -> Decision {
-        let reset = Duration::from_secs(self.window.reset_after(now_secs));
-        if cost > self.limit {
-            Decision::ExceedsCapacity {
-                capacity: self.limit,
-                reset_after: reset,
-            }
-        } else if count <= self.limit - cost {
-            Decision::Allow {
-                remaining: self.limit - count - cost,
-                reset_after: reset,
-            }
-        } else {
-            Decision::Deny {
-                retry_after: reset,
-                reset_after: reset,
-            }
-        }
+        let until_end = Duration::from_secs(self.window.reset_after(now_secs));
+        decide_before_counting(self.limit, count, cost, until_end).0
+    }
+}
+
+/// A fixed window's rule when it decides before it counts (the original's
+/// window decided all or nothing, and the opt-in fixed window): `cost`
+/// fits iff `count + cost ≤ limit`, so no window ever holds more than
+/// `limit`; a cost above the limit never fits; a refusal retries when the
+/// window ends, `until_end` from now. Answers the decision and the count
+/// after it (unchanged when refused).
+pub fn decide_before_counting(
+    limit: u64,
+    count: u64,
+    cost: u64,
+    until_end: Duration,
+) -> (Decision, u64) {
+    if cost > limit {
+        let decision = Decision::ExceedsCapacity {
+            capacity: limit,
+            reset_after: until_end,
+        };
+        (decision, count)
+    } else if count <= limit - cost {
+        // `cost ≤ limit`, so the subtraction above cannot wrap.
+        let after = count + cost;
+        let decision = Decision::Allow {
+            remaining: limit - after,
+            reset_after: until_end,
+        };
+        (decision, after)
+    } else {
+        let decision = Decision::Deny {
+            retry_after: until_end,
+            reset_after: until_end,
+        };
+        (decision, count)
     }
 }
 

@@ -4,8 +4,11 @@
 //! This is the fixed window of the opt-in path (`unit_multiplier`, a
 //! `fixed_window` inside `rate_limits`, or all-or-nothing commits): a
 //! request is admitted iff `count + cost ≤ limit`, and only admitted cost is
-//! counted. The original's path ([`super::fixed_window`]) counts every hit,
-//! over the limit or not, and keeps its key format; this one never does.
+//! counted: the rule of [`decide_before_counting`], which the original's
+//! window decided all or nothing follows too. This module adds windows of
+//! any length in nanoseconds and the state a store keeps for them. The
+//! original's counter ([`super::fixed_window`]) counts every hit, over the
+//! limit or not, and keeps its key format; this one never does.
 //!
 //! # Error bound
 //!
@@ -18,6 +21,7 @@
 use std::time::Duration;
 
 use super::decision::{from_nanos, InvalidLimit};
+use super::fixed_window::decide_before_counting;
 use super::per_window::PerWindow;
 use super::Decision;
 
@@ -72,39 +76,12 @@ impl FixedWindowCounter {
         };
         // In (0, w]: the window ends after now.
         let until_end = from_nanos(start + w - now_ns);
-        let state = |count| WindowCount {
+        let (decision, count) = decide_before_counting(self.per.limit, count, cost, until_end);
+        let state = WindowCount {
             window_start: from_nanos(start),
             count,
         };
-        let reset = |count: u64| {
-            if count == 0 {
-                Duration::ZERO
-            } else {
-                until_end
-            }
-        };
-        if cost > self.per.limit {
-            let decision = Decision::ExceedsCapacity {
-                capacity: self.per.limit,
-                reset_after: reset(count),
-            };
-            return (decision, state(count));
-        }
-        // cost ≤ limit, so the subtraction cannot wrap when it is reached.
-        if count <= self.per.limit - cost {
-            let count = count + cost;
-            let decision = Decision::Allow {
-                remaining: self.per.limit - count,
-                reset_after: reset(count),
-            };
-            (decision, state(count))
-        } else {
-            let decision = Decision::Deny {
-                retry_after: until_end,
-                reset_after: until_end,
-            };
-            (decision, state(count))
-        }
+        (nothing_counted_resets_now(decision, count), state)
     }
 
     /// Until the end of the state's window (zero once it has passed or when
@@ -115,6 +92,22 @@ impl FixedWindowCounter {
         }
         let end = state.window_start.as_nanos() + u128::from(self.per.window_ns);
         from_nanos(end.saturating_sub(now.as_nanos()))
+    }
+}
+
+/// A window that counts nothing has nothing to reset: its admission (of a
+/// cost of 0) and its refusal of a cost above the limit reset now.
+fn nothing_counted_resets_now(decision: Decision, count: u64) -> Decision {
+    match decision {
+        Decision::Allow { remaining, .. } if count == 0 => Decision::Allow {
+            remaining,
+            reset_after: Duration::ZERO,
+        },
+        Decision::ExceedsCapacity { capacity, .. } if count == 0 => Decision::ExceedsCapacity {
+            capacity,
+            reset_after: Duration::ZERO,
+        },
+        decision => decision,
     }
 }
 

@@ -46,7 +46,7 @@ pub use server::{
 pub use source::{Env, MapSource, NotUnicode, Source};
 pub use stats::StatsSettings;
 pub use store::{
-    BackendType, ClientTlsSettings, FailureModeSetting, MemcacheSettings, PoolOnEmptyBehavior,
+    BackendType, ClientTlsSettings, FailureMode, MemcacheSettings, PoolOnEmptyBehavior,
     RedisBackendSettings, RedisSettings, RedisType, StoreFailureSettings,
 };
 pub use vars::{Kind, Support, VarSpec, EXTENSIONS, VARS};

@@ -263,34 +263,46 @@ pub struct StoreFailureSettings {
     /// How long an open breaker waits before one probe.
     pub breaker_cooldown: Duration,
     /// The mode of a rule that sets no `failure_mode`.
-    pub failure_mode: FailureModeSetting,
+    pub failure_mode: FailureMode,
     /// An open rule's default floor as a share of its limit, in (0, 1].
     pub fallback_share: f64,
 }
 
-/// `STORE_FAILURE_MODE`: what a rule that sets no `failure_mode` does when
-/// the store cannot answer.
+/// What a rule does when the store cannot answer for it: a rule's
+/// `failure_mode:`, and `STORE_FAILURE_MODE` for the rules that set none.
+/// Declared here, below the config that re-exports it, so that the setting
+/// and the rule key parse into one type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FailureModeSetting {
-    /// `error`: the call fails, as the original's does.
+pub enum FailureMode {
+    /// `error`: the call fails, as the original's does (gRPC UNKNOWN).
     #[default]
     Error,
-    /// `open`: allowed up to a local floor.
+    /// `open`: allowed up to a local floor per instance.
     Open,
     /// `closed`: denied.
     Closed,
 }
 
-impl std::str::FromStr for FailureModeSetting {
+impl std::str::FromStr for FailureMode {
     type Err = ();
 
-    fn from_str(s: &str) -> Result<FailureModeSetting, ()> {
+    fn from_str(s: &str) -> Result<FailureMode, ()> {
         match s {
-            "error" => Ok(FailureModeSetting::Error),
-            "open" => Ok(FailureModeSetting::Open),
-            "closed" => Ok(FailureModeSetting::Closed),
+            "error" => Ok(FailureMode::Error),
+            "open" => Ok(FailureMode::Open),
+            "closed" => Ok(FailureMode::Closed),
             _ => Err(()),
         }
+    }
+}
+
+impl std::fmt::Display for FailureMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FailureMode::Error => "error",
+            FailureMode::Open => "open",
+            FailureMode::Closed => "closed",
+        })
     }
 }
 

@@ -83,7 +83,7 @@ fn store_failure_settings_default_and_refuse_bad_values() {
             timeout: Duration::from_millis(50),
             breaker_failures: 5,
             breaker_cooldown: Duration::from_secs(1),
-            failure_mode: FailureModeSetting::Error,
+            failure_mode: FailureMode::Error,
             fallback_share: 0.1,
         }
     );
@@ -97,7 +97,7 @@ fn store_failure_settings_default_and_refuse_bad_values() {
     .store_failure;
     assert_eq!(s.timeout, Duration::from_millis(5));
     assert_eq!(s.breaker_failures, 0, "0 disables the breaker");
-    assert_eq!(s.failure_mode, FailureModeSetting::Open);
+    assert_eq!(s.failure_mode, FailureMode::Open);
     assert_eq!(s.fallback_share, 0.25);
     assert_eq!(
         errors(&[
