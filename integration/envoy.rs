@@ -87,7 +87,7 @@ fn network_listener() -> String {
 }
 
 fn front(svc: &Service, filter: Filter) -> Bootstrap {
-    let mut routes: Vec<Route> = ["fixed", "bucket", "sliding", "calendar"]
+    let mut routes: Vec<Route> = ["fixed", "bucket", "sliding", "calendar", "shadow"]
         .iter()
         .map(|r| Route::generic(&format!("/{r}"), "rule", r))
         .collect();
@@ -102,6 +102,7 @@ fn front(svc: &Service, filter: Filter) -> Bootstrap {
         filter,
         routes,
         extra_listeners: network_listener(),
+        echoed: Vec::new(),
     }
 }
 
@@ -204,7 +205,10 @@ fn header_values(r: &HttpResponse, names: &[&str]) -> Vec<String> {
 #[test]
 fn each_header_format_reaches_the_http_client() {
     let _one = support::one_at_a_time();
-    let rules = "domain: envoy\ndescriptors:\n  - key: rule\n    value: fixed\n    rate_limit: {name: per_client, unit: minute, requests_per_unit: 2}\n";
+    let rules = "domain: envoy\ndescriptors:\n  - key: rule\n    value: fixed\n    rate_limit: {name: per_client, unit: minute, requests_per_unit: 2}\n  - key: rule\n    value: shadow\n    shadow_mode: true\n    rate_limit: {name: on_trial, unit: minute, requests_per_unit: 1}\n";
+    // The upstream's own names for the original's request headers, so
+    // that what it received is told apart from the response's headers.
+    let upstream = ["x-rl-limit", "x-rl-remaining", "x-rl-reset"];
     let cases: [(&str, &[&str]); 3] = [
         (
             "original",
@@ -227,15 +231,83 @@ fn each_header_format_reaches_the_http_client() {
             &[
                 ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
                 ("LIMIT_RESPONSE_HEADERS_FORMAT", format),
+                ("LIMIT_REQUEST_HEADERS_ENABLED", "true"),
+                ("LIMIT_REQUEST_LIMIT_HEADER", upstream[0]),
+                ("LIMIT_REQUEST_REMAINING_HEADER", upstream[1]),
+                ("LIMIT_REQUEST_RESET_HEADER", upstream[2]),
+                ("RESPONSE_DECISION_METADATA", "true"),
             ],
         );
-        let envoy = Envoy::start(&front(&svc, Filter::new("envoy")));
+        let mut bootstrap = front(&svc, Filter::new("envoy"));
+        bootstrap.echoed = upstream.iter().map(|h| h.to_string()).collect();
+        let envoy = Envoy::start(&bootstrap);
         let got: Vec<HttpResponse> = (0..3).map(|_| envoy.get("/fixed", &[])).collect();
         let codes: Vec<u16> = got.iter().map(|r| r.status).collect();
         assert_eq!(codes, [200, 200, 429], "{format}");
         for r in &got {
             println!("{format} {}: {:?}", r.status, header_values(r, names));
         }
+        // What the upstream received: the original's three headers of the
+        // limit, whatever the response's format.
+        let echoed = |r: &HttpResponse| -> Vec<String> {
+            upstream
+                .iter()
+                .map(|h| r.header(&format!("x-echo-{h}")).unwrap_or("-").to_string())
+                .collect()
+        };
+        for (r, remaining) in [(&got[0], "1"), (&got[1], "0")] {
+            let seen = echoed(r);
+            assert_eq!(
+                seen[..2],
+                ["2", remaining],
+                "{format}: upstream saw {seen:?}"
+            );
+            let reset: u64 = seen[2].parse().expect("a reset header upstream");
+            assert!(
+                (1..=60).contains(&reset),
+                "{format}: upstream reset {reset}"
+            );
+        }
+        // A shadow rule over its limit lets the request through, and the
+        // upstream sees it spent.
+        let trial: Vec<HttpResponse> = (0..2).map(|_| envoy.get("/shadow", &[])).collect();
+        assert_eq!(
+            trial.iter().map(|r| r.status).collect::<Vec<_>>(),
+            [200, 200]
+        );
+        assert_eq!(
+            echoed(&trial[1])[..2],
+            ["1", "0"],
+            "{format}: shadow rule upstream"
+        );
+        // Envoy's access log names the rule that decided, and the shadow
+        // rule's violation, from the decision's metadata.
+        let log: Vec<serde_json::Value> = envoy
+            .access_log(5)
+            .iter()
+            .map(|l| serde_json::from_str(l).expect("a JSON access log line"))
+            .collect();
+        assert_eq!(log.len(), 5, "{format}: {log:?}");
+        let refused = &log[2]["decision"];
+        assert_eq!(log[2]["status"], 429, "{format}: {log:?}");
+        assert_eq!(refused["rule"], "per_client", "{format}: {refused}");
+        assert_eq!(refused["code"], "OVER_LIMIT", "{format}: {refused}");
+        let id = refused["id"].as_str().expect("a decision id");
+        assert!(
+            id.len() == 16 && id.chars().all(|c| c.is_ascii_hexdigit()),
+            "{id}"
+        );
+        let shadowed = &log[4]["decision"];
+        assert_eq!(shadowed["code"], "OK", "{format}: {shadowed}");
+        assert_eq!(
+            shadowed["shadow_violations"],
+            serde_json::json!(["on_trial"]),
+            "{format}: {shadowed}"
+        );
+        assert!(
+            log[3]["decision"]["shadow_violations"].is_null(),
+            "the first is within"
+        );
         let (first, refused) = (&got[0], &got[2]);
         match format {
             "original" | "x-ratelimit" => {
@@ -326,6 +398,7 @@ fn with_redis_paused_each_rules_failure_mode_holds_behind_a_default_envoy() {
         filter,
         routes: routes.clone(),
         extra_listeners: String::new(),
+        echoed: Vec::new(),
     };
     // Envoy's defaults, and the same with failure_mode_deny: true.
     let allow = Envoy::start(&bootstrap(Filter::defaults("failures")));

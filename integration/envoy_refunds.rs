@@ -94,6 +94,7 @@ fn bootstrap(
             per_route("/slots", SLOTS.to_string()),
         ],
         extra_listeners: String::new(),
+        echoed: Vec::new(),
     }
 }
 

@@ -537,6 +537,65 @@ async fn new_keys_expire_with_their_own_jitter(redis: &Redis) {
     }
 }
 
+/// The dry run on Redis: for the original's window and two algorithms,
+/// `POST /evaluate` says what the next real request gets, and asking twice
+/// changes nothing (the real request then finds what the dry run read).
+async fn dry_run(redis: &Redis) {
+    let svc = start(redis, &[]);
+    let tag = format!("dry{}", std::process::id());
+    let evaluate = |body: &str| {
+        let r = http(svc.debug, "POST", "/evaluate", body.as_bytes());
+        assert_eq!(r.status, 200, "{}", r.body);
+        let v: serde_json::Value = serde_json::from_str(&r.body).expect("JSON");
+        v["descriptors"][0].clone()
+    };
+    for key in ["l5", "tb", "sw"] {
+        for step in 0..7 {
+            let body = format!(
+                r#"{{"domain":"d","descriptors":[{{"entries":[{{"key":"{key}","value":"{tag}"}}]}}]}}"#
+            );
+            let (first, again) = (evaluate(&body), evaluate(&body));
+            let read = |v: &serde_json::Value| {
+                let l = &v["limits"][0];
+                (
+                    v["allowed"].clone(),
+                    l["remaining"].clone(),
+                    l["used"].clone(),
+                )
+            };
+            assert_eq!(read(&first), read(&again), "{key} step {step}: asking took");
+            let real = svc.http("POST", "/json", body.as_bytes());
+            let allowed = first["allowed"].as_bool().expect("allowed");
+            assert_eq!(
+                allowed,
+                real.status == 200,
+                "{key} step {step}: dry run {first}, the request got {} {}",
+                real.status,
+                real.body
+            );
+            if allowed {
+                let got: serde_json::Value = serde_json::from_str(&real.body).expect("JSON");
+                // proto3 JSON leaves out a remaining of 0.
+                assert_eq!(
+                    first["limits"][0]["remaining"].as_u64(),
+                    Some(got["statuses"][0]["limitRemaining"].as_u64().unwrap_or(0)),
+                    "{key} step {step}: {first} against {got}"
+                );
+            }
+        }
+    }
+    // The usage read-back of the original's window: the original counts
+    // every request, refused ones too: 7 used of 5, none left.
+    let usage = svc.debug(&format!("/usage?domain=d&descriptor=l5={tag}"));
+    let v: serde_json::Value = serde_json::from_str(&usage.body).expect("JSON");
+    let limit = &v["descriptors"][0]["limits"][0];
+    assert_eq!(
+        (&limit["used"], &limit["remaining"]),
+        (&serde_json::json!(7), &serde_json::json!(0)),
+        "{v}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn single_redis() {
     let redis = Redis::Single(RedisServer::start());
@@ -551,6 +610,7 @@ async fn single_redis() {
     lost_scripts_are_loaded_again(&redis).await;
     scripts_are_loaded_at_start(&redis).await;
     new_keys_expire_with_their_own_jitter(&redis).await;
+    dry_run(&redis).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -566,6 +626,7 @@ async fn redis_cluster() {
     lost_scripts_are_loaded_again(&redis).await;
     scripts_are_loaded_at_start(&redis).await;
     new_keys_expire_with_their_own_jitter(&redis).await;
+    dry_run(&redis).await;
 }
 
 /// SECOND limits go only to the per-second Redis.

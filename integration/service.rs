@@ -725,7 +725,7 @@ async fn reload_is_visible_in_rlconfig() {
         .contains("more.k: unit=DAY requests_per_unit=7"));
     assert_eq!(svc.stat("runtime.num_values"), 2);
     assert!(svc.stat("runtime.load_attempts") >= 3);
-    assert_eq!(svc.debug("/").body, "/rlconfig: print out the currently loaded configuration for debugging\n/stats: print out stats\n/hotkeys: the busiest keys of this instance, by decisions per second (JSON)\n/keys: the memory store's keys by rule, most first, with each rule's evictions (JSON)\n/audit: the decision audit: per audited rule, decisions against its exact contract (JSON)\n");
+    assert_eq!(svc.debug("/").body, "/rlconfig: print out the currently loaded configuration for debugging\n/stats: print out stats\n/hotkeys: the busiest keys of this instance, by decisions per second (JSON)\n/keys: the memory store's keys by rule, most first, with each rule's evictions (JSON)\n/audit: the decision audit: per audited rule, decisions against its exact contract (JSON)\n/evaluate: POST a /json request: what each descriptor would get, charging nothing (JSON)\n/usage: GET ?domain=D&descriptor=k=v,k2=v2: each applying limit's usage and what remains (JSON)\n");
 }
 
 #[tokio::test]
@@ -963,9 +963,125 @@ async fn prometheus_uses_the_original_default_mapping() {
         body.contains("ratelimit_service_config_load_success 1"),
         "{body}"
     );
+    assert!(
+        !body.contains("ratelimit_service_rate_limit_limit"),
+        "the rules' limit gauges are opt-in (RULE_LIMIT_GAUGES): {body}"
+    );
     assert_eq!(
         http(addr.parse().expect("addr"), "GET", "/debug/pprof/", b"").status,
         404
+    );
+}
+
+/// Every limited rule's configured limit is a gauge on both sinks (an
+/// unlimited rule has none), and a flood of unique values adds no series
+/// of it: one pair per rule of the config.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_configured_limit_is_a_gauge_per_rule_on_prometheus_and_statsd() {
+    use std::io::Read;
+    let rules = "domain: lim
+descriptors:
+  - key: tenant
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 50}
+  - key: route
+    value: search
+    rate_limit: {unit: second, requests_per_unit: 7}
+  - key: tb
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 20}
+  - key: free
+    rate_limit: {unlimited: true}
+";
+    let prometheus = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("port")
+        .local_addr()
+        .expect("addr");
+    // One sink at a time, as in the original: Prometheus first.
+    let svc = Service::start(
+        &[("lim.yaml", rules)],
+        &[
+            ("USE_PROMETHEUS", "true"),
+            ("PROMETHEUS_ADDR", &prometheus.to_string()),
+            ("RULE_LIMIT_GAUGES", "true"),
+        ],
+    );
+    let limit_lines = || {
+        let body = http(prometheus, "GET", "/metrics", b"").body;
+        let mut lines: Vec<String> = body
+            .lines()
+            .filter(|l| l.starts_with("ratelimit_service_rate_limit_limit{"))
+            .map(str::to_string)
+            .collect();
+        lines.sort();
+        (lines, body)
+    };
+    let (before, body) = limit_lines();
+    assert_eq!(
+        before,
+        [
+            r#"ratelimit_service_rate_limit_limit{domain="lim",key1="route_search"} 7"#,
+            r#"ratelimit_service_rate_limit_limit{domain="lim",key1="tb"} 10"#,
+            r#"ratelimit_service_rate_limit_limit{domain="lim",key1="tenant"} 50"#,
+        ],
+        "{body}"
+    );
+    assert!(
+        body.contains(
+            r#"ratelimit_service_rate_limit_window_seconds{domain="lim",key1="tenant"} 60"#
+        ),
+        "{body}"
+    );
+    // A flood of unique tenants: per-value hit series, never limit series.
+    let mut c = svc.client().await;
+    for i in 0..300 {
+        let tenant = format!("t{i}");
+        call(&mut c, request("lim", vec![desc(&[("tenant", &tenant)])]))
+            .await
+            .expect("call");
+    }
+    let (after, body) = limit_lines();
+    assert_eq!(after, before, "the flood added no limit series");
+    assert!(
+        body.contains(
+            r#"ratelimit_service_rate_limit_total_hits{domain="lim",key1="tenant_t299"} 1"#
+        ),
+        "the flood did reach the per-value series: {body}"
+    );
+    drop(svc);
+    let statsd = std::net::TcpListener::bind("127.0.0.1:0").expect("statsd listener");
+    let statsd_port = statsd.local_addr().expect("addr").port().to_string();
+    let _svc = Service::start(
+        &[("lim.yaml", rules)],
+        &[
+            ("USE_STATSD", "true"),
+            ("STATSD_HOST", "127.0.0.1"),
+            ("STATSD_PORT", &statsd_port),
+            ("STATS_FLUSH_INTERVAL", "100ms"),
+            ("RULE_LIMIT_GAUGES", "true"),
+        ],
+    );
+    let (mut conn, _) = statsd.accept().expect("statsd connection");
+    conn.set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let mut got = String::new();
+    let want = [
+        "ratelimit.service.rate_limit.lim.tenant.limit:50|g",
+        "ratelimit.service.rate_limit.lim.route_search.limit:7|g",
+        "ratelimit.service.rate_limit.lim.tb.window_seconds:1|g",
+    ];
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline && !want.iter().all(|w| got.contains(w)) {
+        let mut buf = [0u8; 8192];
+        if let Ok(n) = conn.read(&mut buf) {
+            got.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    }
+    for w in want {
+        assert!(got.contains(w), "{w} missing from statsd: {got}");
+    }
+    assert!(
+        !got.contains("lim.free.limit"),
+        "an unlimited rule has no limit: {got}"
     );
 }
 
@@ -1152,13 +1268,12 @@ async fn connections_are_spread_over_the_grpc_workers() {
     assert_eq!(svc.wait_exit(Duration::from_secs(20)), Some(0));
 }
 
-/// `ratelimit --version` prints the version and the source revision and
-/// exits, without starting the service (any other argument is ignored, as
-/// the original ignores them).
-#[test]
-fn version_prints_the_version_and_revision_and_exits() {
+/// What `ratelimit ARG` prints, with no environment at all, once it has
+/// exited with success; fails if it started the service instead (still
+/// running after 5 s).
+fn output_of(arg: &str) -> String {
     let mut child = std::process::Command::new(binary())
-        .arg("--version")
+        .arg(arg)
         .env_clear()
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -1175,18 +1290,45 @@ fn version_prints_the_version_and_revision_and_exits() {
     if exited.is_none() {
         let _ = child.kill();
         let _ = child.wait();
-        panic!("`ratelimit --version` did not exit within 5 s: it started the service");
+        panic!("`ratelimit {arg}` did not exit within 5 s: it started the service");
     }
     let mut out = String::new();
     if let Some(mut stdout) = child.stdout.take() {
         use std::io::Read;
         let _ = stdout.read_to_string(&mut out);
     }
-    assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
+    assert!(exited.is_some_and(|s| s.success()), "{arg}: {exited:?}");
+    out
+}
+
+/// `ratelimit --version` prints the version and the source revision and
+/// exits, without starting the service (any other argument is ignored, as
+/// the original ignores them).
+#[test]
+fn version_prints_the_version_and_revision_and_exits() {
+    let out = output_of("--version");
     let want = format!("ratelimit {} (revision ", env!("CARGO_PKG_VERSION"));
     assert!(
         out.starts_with(&want) && out.trim_end().ends_with(')'),
         "{out:?}"
     );
     assert!(!out.contains("revision )"), "a revision is named: {out:?}");
+}
+
+/// `ratelimit --help` (and Go's `-h`, `-help`) prints how to run it and
+/// exits, instead of starting a service that waits for the default Redis
+/// socket.
+#[test]
+fn help_prints_the_usage_and_the_first_settings_and_exits() {
+    for arg in ["--help", "-h", "-help"] {
+        let out = output_of(arg);
+        for want in [
+            "Usage: ratelimit",
+            "BACKEND_TYPE=memory",
+            "REDIS_URL",
+            "docs/settings.md",
+        ] {
+            assert!(out.contains(want), "{arg}: {want:?} missing from {out}");
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! `ratelimit`: the service, configured by environment variables alone, as
-//! the original; `ratelimit --version` prints the version and revision.
+//! the original; `ratelimit --version` prints the version and revision,
+//! `ratelimit --help` how to run it.
 
 use ratelimit::app::{self, ShutdownTimings, Signal};
 use ratelimit::settings::{Env, Settings};
@@ -21,13 +22,18 @@ fn release_memory() {
 
 fn main() -> ExitCode {
     // The original takes no arguments and ignores any; `--version` only
-    // prints what this build is.
-    if std::env::args()
-        .nth(1)
-        .is_some_and(|a| a == "--version" || a == "-version")
-    {
-        println!("ratelimit {}", ratelimit::VERSION);
-        return ExitCode::SUCCESS;
+    // prints what this build is, and `--help` how to run it (rather than
+    // starting a service that waits for a Redis it was never told of).
+    match std::env::args().nth(1).as_deref() {
+        Some("--version" | "-version") => {
+            println!("ratelimit {}", ratelimit::VERSION);
+            return ExitCode::SUCCESS;
+        }
+        Some(a) if ratelimit::settings::help::asks_for_help(a) => {
+            print!("{}", ratelimit::settings::help::text());
+            return ExitCode::SUCCESS;
+        }
+        _ => {}
     }
     ratelimit::service::grpc::release::register(release_memory);
     let settings = match Settings::from_source(&Env) {

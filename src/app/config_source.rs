@@ -11,8 +11,9 @@ use super::options::{original_windows_only, xds_options};
 use super::{AppError, Signal};
 use crate::config::provider::ProviderOptions;
 use crate::config::watcher::{ConfigWatcher, ReloadStatus};
-use crate::config::LiveConfig;
-use crate::metrics::Stats;
+use crate::config::{Config, LiveConfig};
+use crate::limiter::{AlgorithmName, Limiter};
+use crate::metrics::{RuleLimit, Stats};
 use crate::service::health::{Component, Health};
 use crate::settings::{ConfigType, Settings};
 use crate::xds::XdsProvider;
@@ -53,6 +54,7 @@ pub(super) async fn start_config(
         Arc::clone(stats),
         health.clone(),
         live.clone(),
+        settings.stats.rule_limit_gauges,
     ));
     if !settings.config_provider.force_start_without_initial_config {
         tokio::select! {
@@ -101,13 +103,15 @@ impl ConfigSource {
     }
 }
 
-/// Turns reload outcomes into the `config_load_*` and `runtime.*` stats and
-/// the `config` health component (healthy iff the live config has a domain).
+/// Turns reload outcomes into the `config_load_*` and `runtime.*` stats,
+/// the rules' limit gauges (with `RULE_LIMIT_GAUGES`) and the `config`
+/// health component (healthy iff the live config has a domain).
 async fn follow_reloads(
     mut status: watch::Receiver<ReloadStatus>,
     stats: Arc<Stats>,
     health: Health,
     live: LiveConfig,
+    limit_gauges: bool,
 ) {
     let mut seen = ReloadStatus::default();
     loop {
@@ -122,11 +126,49 @@ async fn follow_reloads(
             health.set(Component::Config, now.domains > 0).await;
             if let Some(config) = live.current() {
                 stats.config_files(config.files().len());
+                if limit_gauges {
+                    stats.configured_limits(&rule_limits(&config));
+                }
             }
         }
         seen = now;
         if status.changed().await.is_err() {
             return;
         }
+    }
+}
+
+/// Every limited rule's configured limit, for its gauges: an original
+/// rule's `requests_per_unit` per unit, or the first of its `rate_limits`
+/// (the one its descriptor statuses name) with its window or period. An
+/// `unlimited` rule has no limit to show.
+fn rule_limits(config: &Config) -> Vec<RuleLimit> {
+    config
+        .tree()
+        .rules()
+        .into_iter()
+        .filter(|rule| !rule.unlimited)
+        .map(|rule| {
+            let (limit, window_seconds) = match rule.limits.first() {
+                Some(l) => (l.limiter.limit(), window_of(&l.limiter)),
+                None => (
+                    u64::from(rule.requests_per_unit),
+                    rule.unit.seconds().unwrap_or(0),
+                ),
+            };
+            RuleLimit {
+                stats_key: rule.load_key.clone(),
+                limit,
+                window_seconds,
+            }
+        })
+        .collect()
+}
+
+/// A limiter's window in seconds; an in-flight limit has none (0).
+fn window_of(limiter: &Limiter) -> u64 {
+    match limiter.name() {
+        AlgorithmName::Concurrency => 0,
+        _ => limiter.period().as_secs(),
     }
 }

@@ -262,13 +262,12 @@ pub async fn run(
     let debug_task = spawn_server(crate::service::http::server::serve(
         listeners.debug,
         crate::service::http::debug::router(
-            live,
+            Arc::clone(&engine),
             {
                 let metrics = metrics.clone();
                 Arc::new(move || metrics.render_stats())
             },
             hot_keys,
-            audit,
             memory_keys,
         ),
         http_limits,

@@ -142,11 +142,17 @@ pub(super) fn engine_options(settings: &Settings) -> EngineOptions {
         shadow_mode: r.shadow_mode,
         quota_mode: r.quota_mode,
         response_dynamic_metadata: r.dynamic_metadata,
+        decision_metadata: r.decision_metadata,
         local_first_sync_interval: settings.hot_keys.lease.local_first_sync_interval,
         response_headers: r.headers.enabled.then(|| HeaderNames {
             limit: r.headers.limit.clone(),
             remaining: r.headers.remaining.clone(),
             reset: r.headers.reset.clone(),
+        }),
+        request_headers: r.request_headers.enabled.then(|| HeaderNames {
+            limit: r.request_headers.limit.clone(),
+            remaining: r.request_headers.remaining.clone(),
+            reset: r.request_headers.reset.clone(),
         }),
         header_format: match r.headers.format {
             HeaderFormatSetting::Original => HeaderFormat::Original,

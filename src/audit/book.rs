@@ -30,6 +30,9 @@ pub struct Row {
     refunded: AtomicU64,
     /// The most admitted in a trailing window of the contract.
     peak: AtomicU64,
+    /// The id of the last decision that admitted over the contract (0:
+    /// none yet), to find it in Envoy's access log and the service's log.
+    last_over: AtomicU64,
     stats: metrics::AuditStats,
 }
 
@@ -47,12 +50,13 @@ impl Row {
             by_policy: AtomicU64::new(0),
             refunded: AtomicU64::new(0),
             peak: AtomicU64::new(0),
+            last_over: AtomicU64::new(0),
             stats: metrics::AuditStats::register(rule),
         }
     }
 
-    /// Counts one audited decision.
-    pub fn record(&self, outcome: Outcome) {
+    /// Counts one audited decision, the one the engine names `decision`.
+    pub fn record(&self, outcome: Outcome, decision: u64) {
         match outcome {
             Outcome::Compared { verdict, in_window } => {
                 self.decisions.fetch_add(1, Relaxed);
@@ -61,6 +65,13 @@ impl Row {
                     Verdict::Over => {
                         self.over.fetch_add(1, Relaxed);
                         self.stats.over.increment(1);
+                        self.last_over.store(decision, Relaxed);
+                        tracing::debug!(
+                            decision = %decision_id(decision),
+                            rule = %self.rule,
+                            limit = %self.limit,
+                            "audit: admitted over the contract"
+                        );
                     }
                     Verdict::Under => {
                         self.under.fetch_add(1, Relaxed);
@@ -112,8 +123,17 @@ impl Row {
             "unverified": self.unverified.load(Relaxed),
             "bound": self.bound.to_json(),
             "within_bound": self.bound.holds(peak, over, under),
+            "last_over_decision": match self.last_over.load(Relaxed) {
+                0 => serde_json::Value::Null,
+                id => decision_id(id).into(),
+            },
         })
     }
+}
+
+/// A decision's id as the engine shows it (16 hex digits).
+fn decision_id(id: u64) -> String {
+    format!("{id:016x}")
 }
 
 /// Every audited limit's row, at most [`metrics::MAX_DYNAMIC_KEYS`]; a
@@ -178,13 +198,16 @@ mod tests {
             } else {
                 Verdict::Agree
             };
-            row.record(Outcome::Compared {
-                verdict,
-                in_window: Some(n),
-            });
+            row.record(
+                Outcome::Compared {
+                    verdict,
+                    in_window: Some(n),
+                },
+                n,
+            );
         }
-        row.record(Outcome::ByPolicy);
-        row.record(Outcome::Unverified);
+        row.record(Outcome::ByPolicy, 21);
+        row.record(Outcome::Unverified, 22);
         let v = &book.to_json()[0];
         assert_eq!(v["decisions"], 20);
         assert_eq!(v["over"], 10);
@@ -198,11 +221,19 @@ mod tests {
             v["within_bound"], true,
             "a 2x burst is the fixed window's bound"
         );
-        row.record(Outcome::Compared {
-            verdict: Verdict::Over,
-            in_window: Some(21),
-        });
+        assert_eq!(
+            v["last_over_decision"], "0000000000000014",
+            "the last decision over the contract is named"
+        );
+        row.record(
+            Outcome::Compared {
+                verdict: Verdict::Over,
+                in_window: Some(21),
+            },
+            0xbeef,
+        );
         assert_eq!(book.to_json()[0]["within_bound"], false);
+        assert_eq!(book.to_json()[0]["last_over_decision"], "000000000000beef");
         // The same row again, not a new one.
         assert!(Arc::ptr_eq(
             &row,

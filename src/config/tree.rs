@@ -188,6 +188,16 @@ impl PartialEq for RuleId {
 impl Eq for RuleId {}
 
 impl RateLimitRule {
+    /// How a decision names the rule: its `name`, or its path (the load
+    /// key) when it has none.
+    pub fn label(&self) -> &str {
+        if self.name.is_empty() {
+            &self.load_key
+        } else {
+            &self.name
+        }
+    }
+
     /// Every name `replaces` can refer to this rule by: its `name`, and with
     /// `rate_limits` the name of every block.
     pub fn names(&self) -> impl Iterator<Item = &str> {

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use super::plan::{Plan, PlanOptions};
+use super::types::DecisionId;
 use crate::audit::{verdict, Audit, LimitFacts, Row};
 use crate::config::{ConfiguredLimit, RateLimitRule};
 use crate::limiter::{Limiter, SlidingLog};
@@ -145,8 +146,8 @@ pub(super) fn add_references(
     audited
 }
 
-/// Records the outcome of every audited limit of a reply.
-pub(super) fn judge(audited: &[Audited], work: &Work, reply: &Reply) {
+/// Records the outcome of every audited limit of a reply, decision `id`'s.
+pub(super) fn judge(audited: &[Audited], work: &Work, reply: &Reply, id: DecisionId) {
     for a in audited {
         if a.give_back {
             // What was admitted less what was given back is the contract's.
@@ -167,6 +168,6 @@ pub(super) fn judge(audited: &[Audited], work: &Work, reply: &Reply) {
             a.cost,
             a.window,
         );
-        a.row.record(outcome);
+        a.row.record(outcome, id.0);
     }
 }

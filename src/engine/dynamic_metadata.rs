@@ -1,10 +1,52 @@
-//! Response dynamic metadata. Pure.
+//! Response dynamic metadata: the original's (`RESPONSE_DYNAMIC_METADATA`)
+//! and the decision's (`RESPONSE_DECISION_METADATA`, ours). Pure.
 
 use std::collections::BTreeMap;
 
 use crate::config::{Metadata, MetadataValue};
-use crate::engine::types::RateLimitRequest;
+use crate::engine::types::{Code, DecisionId, RateLimitRequest};
 use crate::limiter::Unit;
+
+/// What the decision's metadata says of one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionFacts {
+    /// The decision's id.
+    pub id: DecisionId,
+    /// The code Envoy was answered (after global shadow mode).
+    pub code: Code,
+    /// The rule that decided: the refusing one, else the one closest to
+    /// its limit; its name, or its path when unnamed. `None`: no rule
+    /// applied.
+    pub rule: Option<String>,
+    /// The rules over their limit that shadow mode let through.
+    pub shadow_violations: Vec<String>,
+}
+
+/// The `decision` struct: `id`, `code` (`OK` or `OVER_LIMIT`), `rule` when
+/// one applied, `shadow_violations` when any. Envoy's access log reads it
+/// as `%DYNAMIC_METADATA(envoy.filters.http.ratelimit:decision:rule)%`.
+pub fn decision(facts: &DecisionFacts) -> MetadataValue {
+    let mut m = BTreeMap::new();
+    m.insert("id".into(), MetadataValue::String(facts.id.to_string()));
+    let code = match facts.code {
+        Code::OverLimit => "OVER_LIMIT",
+        Code::Ok => "OK",
+        Code::Unknown => "UNKNOWN",
+    };
+    m.insert("code".into(), MetadataValue::String(code.into()));
+    if let Some(rule) = &facts.rule {
+        m.insert("rule".into(), MetadataValue::String(rule.clone()));
+    }
+    if !facts.shadow_violations.is_empty() {
+        let list = facts
+            .shadow_violations
+            .iter()
+            .map(|r| MetadataValue::String(r.clone()))
+            .collect();
+        m.insert("shadow_violations".into(), MetadataValue::List(list));
+    }
+    MetadataValue::Struct(Metadata(m))
+}
 
 /// The metadata struct: the request's domain and descriptors, and the merge
 /// of the rule metadata of the descriptors that passed (earlier wins, nested
@@ -138,6 +180,39 @@ mod tests {
         let r = req("addend-domain", &[("test_key", "test_val")], 5);
         let m = build(&r, &[None], &[0]);
         assert_eq!(m.0["hitsAddend"], MetadataValue::Number(5.0));
+    }
+
+    #[test]
+    fn the_decision_names_its_id_code_rule_and_shadow_violations() {
+        let facts = DecisionFacts {
+            id: DecisionId(0xab),
+            code: Code::Ok,
+            rule: Some("per_tenant".into()),
+            shadow_violations: vec!["d.trial".into()],
+        };
+        let MetadataValue::Struct(m) = decision(&facts) else {
+            panic!("a struct")
+        };
+        assert_eq!(m.0["id"], MetadataValue::String("00000000000000ab".into()));
+        assert_eq!(m.0["code"], MetadataValue::String("OK".into()));
+        assert_eq!(m.0["rule"], MetadataValue::String("per_tenant".into()));
+        assert_eq!(
+            m.0["shadow_violations"],
+            MetadataValue::List(vec![MetadataValue::String("d.trial".into())])
+        );
+        let quiet = DecisionFacts {
+            rule: None,
+            shadow_violations: Vec::new(),
+            ..facts
+        };
+        let MetadataValue::Struct(m) = decision(&quiet) else {
+            panic!("a struct")
+        };
+        assert_eq!(
+            m.0.keys().collect::<Vec<_>>(),
+            ["code", "id"],
+            "no empty fields"
+        );
     }
 
     #[test]

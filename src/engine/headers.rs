@@ -393,6 +393,7 @@ mod tests {
             }),
             limit_remaining: remaining,
             duration_until_reset: None,
+            shadowed: false,
         }
     }
 

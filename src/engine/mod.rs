@@ -15,6 +15,7 @@
 pub mod aggregate;
 mod audited;
 pub mod dynamic_metadata;
+pub mod evaluate;
 pub mod headers;
 pub mod local_cache;
 mod observe;
@@ -37,8 +38,8 @@ pub use aggregate::Disposition;
 pub use headers::{HeaderFormat, HeaderNames};
 pub use local_cache::LocalCache;
 pub use types::{
-    Code, CurrentLimit, DescriptorStatus, RateLimitRequest, RateLimitResponse, RequestDescriptor,
-    ServiceError,
+    Code, CurrentLimit, DecisionId, DescriptorStatus, RateLimitRequest, RateLimitResponse,
+    RequestDescriptor, ServiceError,
 };
 
 /// How many descriptors a request's lookup and plan handle before letting
@@ -73,11 +74,18 @@ pub struct EngineOptions {
     pub quota_mode: bool,
     /// `RESPONSE_DYNAMIC_METADATA`.
     pub response_dynamic_metadata: bool,
+    /// `RESPONSE_DECISION_METADATA`: the `decision` struct in
+    /// `dynamic_metadata`.
+    pub decision_metadata: bool,
     /// `LOCAL_FIRST_SYNC_INTERVAL`: fixed windows whose rule sets no
     /// `sync_interval` are local-first with this one.
     pub local_first_sync_interval: Option<Duration>,
     /// `LIMIT_RESPONSE_HEADERS_ENABLED` with the header names.
     pub response_headers: Option<HeaderNames>,
+    /// `LIMIT_REQUEST_HEADERS_ENABLED` with the header names: the
+    /// original's three headers, chosen as the response's are, for the
+    /// request Envoy forwards upstream.
+    pub request_headers: Option<HeaderNames>,
     /// `LIMIT_RESPONSE_HEADERS_FORMAT`: which headers, when enabled.
     pub header_format: HeaderFormat,
     /// `RETRY_AFTER_JITTER`: OVER_LIMIT statuses wait `[0, jitter)` longer.
@@ -142,8 +150,10 @@ impl Default for EngineOptions {
             shadow_mode: false,
             quota_mode: false,
             response_dynamic_metadata: false,
+            decision_metadata: false,
             local_first_sync_interval: None,
             response_headers: None,
+            request_headers: None,
             header_format: HeaderFormat::Original,
             retry_after_jitter: Duration::ZERO,
             max_descriptors: 1000,
@@ -182,8 +192,8 @@ pub(super) struct Matched {
     pub(super) dispositions: Vec<Disposition>,
     /// Which descriptors count as quotas.
     pub(super) quota: Vec<bool>,
-    /// Each matched rule's metadata.
-    pub(super) metadata: Vec<Option<Arc<crate::config::Metadata>>>,
+    /// Each descriptor's rule (`None`: no rule, or replaced).
+    pub(super) rules: Vec<Option<Arc<crate::config::tree::RateLimitRule>>>,
     /// Which descriptors matched a shadow-mode rule.
     pub(super) shadow: Vec<bool>,
     /// How many descriptors named a domain no config holds.
@@ -299,9 +309,11 @@ impl Engine {
         // One reading of the clock per request: the hot-key counts and the
         // original's windows take it.
         let at = self.clock.now();
+        let id = DecisionId::new();
         let mut matched = self.lookup(&config, request).await?;
-        let (statuses, plan) = self.limit(request, &mut matched, at, deadline).await?;
-        let response = respond::respond(&self.options, &self.stats, request, &matched, statuses);
+        let (statuses, plan) = self.limit(request, &mut matched, at, deadline, id).await?;
+        let decided = respond::Decided { id, statuses };
+        let response = respond::respond(&self.options, &self.stats, request, &matched, decided);
         observe::observe(
             &self.stats,
             self.top_keys.as_deref(),
@@ -368,9 +380,9 @@ impl Engine {
             });
         }
         let dispositions = aggregate::apply_replaces(&mut limits);
-        let metadata = limits
+        let rules = limits
             .iter()
-            .map(|l| l.as_ref().and_then(|l| l.rule.metadata.clone()))
+            .map(|l| l.as_ref().map(|l| l.rule.clone()))
             .collect();
         let shadow = limits
             .iter()
@@ -388,7 +400,7 @@ impl Engine {
             limits,
             dispositions,
             quota,
-            metadata,
+            rules,
             shadow,
             unknown_domain,
         })
@@ -404,6 +416,7 @@ impl Engine {
         matched: &mut Matched,
         at: Duration,
         deadline: Option<tokio::time::Instant>,
+        id: DecisionId,
     ) -> Result<(Vec<DescriptorStatus>, plan::Plan), ServiceError> {
         let now = at.as_secs();
         let options = plan::PlanOptions {
@@ -461,7 +474,7 @@ impl Engine {
             self.store.execute(&plan.work, deadline).await
         };
         if !audited.is_empty() {
-            audited::judge(&audited, &plan.work, &reply);
+            audited::judge(&audited, &plan.work, &reply, id);
         }
         // A reference's failure is the audit's, never the request's; a
         // give-back's is a lost refund, never the request's either.

@@ -112,7 +112,8 @@ fn counted(
             cache.insert(key, window.start + window.length);
         }
     }
-    let code = if verdict.over_limit && rule.shadow_mode {
+    let shadowed = verdict.over_limit && rule.shadow_mode;
+    let code = if shadowed {
         stats.shadow_mode.increment(verdict.shadowable_hits);
         Code::Ok
     } else if verdict.over_limit {
@@ -125,6 +126,7 @@ fn counted(
         current_limit: Some(windowed(current_limit(rule), window)),
         limit_remaining: verdict.remaining,
         duration_until_reset: Some(Duration::from_secs(window.reset_after(now_secs))),
+        shadowed,
     }
 }
 
@@ -154,6 +156,7 @@ fn by_policy(d: &Planned, window: Window, policy: &PolicyAnswer, now: u64) -> De
         current_limit: Some(windowed(current_limit(rule), window)),
         limit_remaining: u32::try_from(policy.decision.remaining()).unwrap_or(u32::MAX),
         duration_until_reset: Some(until),
+        shadowed: denied && rule.shadow_mode,
     }
 }
 
@@ -224,6 +227,7 @@ fn decided(
         current_limit: Some(current),
         limit_remaining: u32::try_from(answer.decision.remaining()).unwrap_or(u32::MAX),
         duration_until_reset: Some(until),
+        shadowed: denied && rule.shadow_mode,
     }
 }
 
@@ -311,6 +315,7 @@ pub(crate) fn given_back(
         current_limit: Some(current),
         limit_remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
         duration_until_reset: Some(until),
+        shadowed: false,
     }
 }
 

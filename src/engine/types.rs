@@ -72,6 +72,28 @@ pub struct DescriptorStatus {
     pub limit_remaining: u32,
     /// Time until the window resets; `None` when no limit applied.
     pub duration_until_reset: Option<Duration>,
+    /// Over the limit of a shadow-mode rule, and let through (code OK) for
+    /// that alone. Not on the wire: the decision's metadata reports it.
+    pub shadowed: bool,
+}
+
+/// One decision's id: random, shown as 16 hex digits. The response's
+/// decision metadata, the decision audit and the logs name a decision by
+/// it, so one request can be followed from Envoy's access log to both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DecisionId(pub u64);
+
+impl DecisionId {
+    /// A fresh id.
+    pub fn new() -> DecisionId {
+        DecisionId(rand::random())
+    }
+}
+
+impl std::fmt::Display for DecisionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
 }
 
 /// A `ShouldRateLimit` response.
@@ -83,6 +105,8 @@ pub struct RateLimitResponse {
     pub statuses: Vec<DescriptorStatus>,
     /// Headers for the proxy to add to the downstream response.
     pub response_headers_to_add: Vec<(String, String)>,
+    /// Headers for the proxy to add to the request it forwards upstream.
+    pub request_headers_to_add: Vec<(String, String)>,
     /// Dynamic metadata, when enabled.
     pub dynamic_metadata: Option<Metadata>,
 }

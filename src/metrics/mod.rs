@@ -222,6 +222,20 @@ impl RuleStats {
         })
     }
 
+    /// Counters that record nothing: for a dry run, which must not count.
+    pub fn unrecorded() -> RuleStats {
+        RuleStats {
+            total_hits: Counter::noop(),
+            over_limit: Counter::noop(),
+            near_limit: Counter::noop(),
+            over_limit_with_local_cache: Counter::noop(),
+            within_limit: Counter::noop(),
+            shadow_mode: Counter::noop(),
+            refunds: std::sync::OnceLock::new(),
+            base: String::new(),
+        }
+    }
+
     fn register(stats_key: &str) -> RuleStats {
         let base = format!("{RATE_LIMIT_PREFIX}{}", sanitize(stats_key));
         let c = |stat: &str| metrics::counter!(format!("{base}.{stat}"));
@@ -271,11 +285,25 @@ impl AuditStats {
     }
 }
 
+/// One rule's configured limit, as its gauges show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleLimit {
+    /// The rule's stats key of a plain match (its path, `domain.key_value…`).
+    pub stats_key: String,
+    /// `<key>.limit`: requests per window (an in-flight limit's slots).
+    pub limit: u64,
+    /// `<key>.window_seconds`: the window's length (a token bucket's
+    /// period; 0 for an in-flight limit, which has none).
+    pub window_seconds: u64,
+}
+
 /// The service's statistics. Cheap to share.
 #[derive(Debug)]
 pub struct Stats {
     rules: quick_cache::sync::Cache<String, Arc<RuleStats>>,
     domains: quick_cache::sync::Cache<String, Counter>,
+    /// The stats keys whose configured-limit gauges the live config set.
+    configured: parking_lot::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Default for Stats {
@@ -290,7 +318,31 @@ impl Stats {
         Stats {
             rules: quick_cache::sync::Cache::new(MAX_DYNAMIC_KEYS),
             domains: quick_cache::sync::Cache::new(MAX_DYNAMIC_KEYS),
+            configured: parking_lot::Mutex::default(),
         }
+    }
+
+    /// Sets every rule's configured-limit gauges (`<key>.limit` and
+    /// `<key>.window_seconds`) after a load, so that a utilisation ratio
+    /// is `hits / limit` from the same series. One pair per rule of the
+    /// config, never per request value: their number is the config's, and
+    /// no flood of values changes it. A rule a reload removed reads 0 (a
+    /// gauge cannot be withdrawn from every sink).
+    pub fn configured_limits(&self, limits: &[RuleLimit]) {
+        let mut configured = self.configured.lock();
+        let now: std::collections::BTreeSet<String> =
+            limits.iter().map(|l| l.stats_key.clone()).collect();
+        for gone in configured.difference(&now) {
+            let base = format!("{RATE_LIMIT_PREFIX}{}", sanitize(gone));
+            metrics::gauge!(format!("{base}.limit")).set(0.0);
+            metrics::gauge!(format!("{base}.window_seconds")).set(0.0);
+        }
+        for l in limits {
+            let base = format!("{RATE_LIMIT_PREFIX}{}", sanitize(&l.stats_key));
+            metrics::gauge!(format!("{base}.limit")).set(l.limit as f64);
+            metrics::gauge!(format!("{base}.window_seconds")).set(l.window_seconds as f64);
+        }
+        *configured = now;
     }
 
     /// The counters of a rule's stats key (registered on first use).

@@ -38,12 +38,18 @@ pub struct LimiterSettings {
 pub struct ResponseSettings {
     /// Rate-limit response headers.
     pub headers: ResponseHeaderSettings,
+    /// `LIMIT_REQUEST_HEADERS_ENABLED` and its header names: the same
+    /// headers for the upstream request.
+    pub request_headers: RequestHeaderSettings,
     /// `SHADOW_MODE`: never deny (global shadow mode).
     pub shadow_mode: bool,
     /// `QUOTA_MODE`: global quota mode.
     pub quota_mode: bool,
     /// `RESPONSE_DYNAMIC_METADATA`: fill `dynamic_metadata` in responses.
     pub dynamic_metadata: bool,
+    /// `RESPONSE_DECISION_METADATA` (ours): add the decision's struct to
+    /// `dynamic_metadata`.
+    pub decision_metadata: bool,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: add the `config` health component.
     pub healthy_with_at_least_one_config_loaded: bool,
 }
@@ -64,6 +70,20 @@ pub struct ResponseHeaderSettings {
     /// `RETRY_AFTER_JITTER` (ours): the largest random delay added to the
     /// retry time of a refusal.
     pub retry_after_jitter: Duration,
+}
+
+/// Rate-limit headers on the request Envoy forwards upstream (always the
+/// original's three).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestHeaderSettings {
+    /// `LIMIT_REQUEST_HEADERS_ENABLED`: add the headers.
+    pub enabled: bool,
+    /// `LIMIT_REQUEST_LIMIT_HEADER`: header name for the limit.
+    pub limit: String,
+    /// `LIMIT_REQUEST_REMAINING_HEADER`: header name for the remaining count.
+    pub remaining: String,
+    /// `LIMIT_REQUEST_RESET_HEADER`: header name for the seconds until reset.
+    pub reset: String,
 }
 
 /// `LIMIT_RESPONSE_HEADERS_FORMAT`: which rate-limit headers.
@@ -173,9 +193,16 @@ impl ResponseSettings {
                 }),
                 retry_after_jitter: r.get(ENV_RETRY_AFTER_JITTER, parse_duration),
             },
+            request_headers: RequestHeaderSettings {
+                enabled: r.get(ENV_LIMIT_REQUEST_HEADERS_ENABLED, parse_bool),
+                limit: r.string(ENV_LIMIT_REQUEST_LIMIT_HEADER),
+                remaining: r.string(ENV_LIMIT_REQUEST_REMAINING_HEADER),
+                reset: r.string(ENV_LIMIT_REQUEST_RESET_HEADER),
+            },
             shadow_mode: r.get(ENV_SHADOW_MODE, parse_bool),
             quota_mode: r.get(ENV_QUOTA_MODE, parse_bool),
             dynamic_metadata: r.get(ENV_RESPONSE_DYNAMIC_METADATA, parse_bool),
+            decision_metadata: r.get(ENV_RESPONSE_DECISION_METADATA, parse_bool),
             healthy_with_at_least_one_config_loaded: r
                 .get(ENV_HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED, parse_bool),
         }

@@ -1,4 +1,4 @@
-//! Settings: the 114 environment variables of the original service, parsed into typed,
+//! Settings: the 118 environment variables of the original service, parsed into typed,
 //! grouped values.
 //!
 //! Values are read through a [`Source`] ([`Env`] in production, [`MapSource`] in tests), once,
@@ -22,6 +22,7 @@
 //! ```
 
 mod config_source;
+pub mod help;
 mod limiting;
 pub mod parse;
 mod reader;
@@ -36,7 +37,7 @@ use std::fmt;
 pub use config_source::{ConfigProviderSettings, ConfigType, RuntimeSettings, XdsSettings};
 pub use limiting::{
     AuditSettings, HeaderFormatSetting, HotKeySettings, LeaseSettings, LimiterSettings,
-    QuotaSettings, ResponseHeaderSettings, ResponseSettings,
+    QuotaSettings, RequestHeaderSettings, ResponseHeaderSettings, ResponseSettings,
 };
 pub use parse::ParseError;
 pub use server::{

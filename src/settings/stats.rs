@@ -40,6 +40,8 @@ pub struct StatsSettings {
     /// `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`: keep response times in milliseconds in the
     /// default mapping.
     pub prometheus_response_time_as_milliseconds: bool,
+    /// `RULE_LIMIT_GAUGES` (ours): each rule's configured limit as gauges.
+    pub rule_limit_gauges: bool,
 }
 
 impl StatsSettings {
@@ -59,6 +61,7 @@ impl StatsSettings {
             prometheus_mapper_yaml: r.string(ENV_PROMETHEUS_MAPPER_YAML),
             prometheus_response_time_as_milliseconds: r
                 .get(ENV_PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS, parse_bool),
+            rule_limit_gauges: r.get(ENV_RULE_LIMIT_GAUGES, parse_bool),
         }
     }
 }

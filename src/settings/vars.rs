@@ -1,4 +1,4 @@
-//! The 114 environment variables of the original service: one `ENV_*` constant per
+//! The 118 environment variables of the original service: one `ENV_*` constant per
 //! original name, and [`VARS`], the table of their kinds, defaults and support status.
 //!
 //! The table is the single source of truth for names and default texts:
@@ -232,6 +232,16 @@ vars! {
     ENV_LIMIT_REMAINING_HEADER = "LIMIT_REMAINING_HEADER", String, "RateLimit-Remaining", Active;
     /// Header name for seconds until reset.
     ENV_LIMIT_RESET_HEADER = "LIMIT_RESET_HEADER", String, "RateLimit-Reset", Active;
+    /// Add the same three headers to the request Envoy forwards upstream
+    /// (`request_headers_to_add`), chosen as the response's are; independent
+    /// of `LIMIT_RESPONSE_HEADERS_ENABLED`.
+    ENV_LIMIT_REQUEST_HEADERS_ENABLED = "LIMIT_REQUEST_HEADERS_ENABLED", Bool, "false", Active;
+    /// Upstream header name for the limit.
+    ENV_LIMIT_REQUEST_LIMIT_HEADER = "LIMIT_REQUEST_LIMIT_HEADER", String, "RateLimit-Limit", Active;
+    /// Upstream header name for the remaining count.
+    ENV_LIMIT_REQUEST_REMAINING_HEADER = "LIMIT_REQUEST_REMAINING_HEADER", String, "RateLimit-Remaining", Active;
+    /// Upstream header name for seconds until reset.
+    ENV_LIMIT_REQUEST_RESET_HEADER = "LIMIT_REQUEST_RESET_HEADER", String, "RateLimit-Reset", Active;
     /// Add the `config` health component.
     ENV_HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED = "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", Bool, "false", Active;
     /// Network for `REDIS_URL` (`unix`/`tcp`).
@@ -369,6 +379,12 @@ vars! {
     /// A uniformly random extra delay in [0, jitter) added to the retry time of
     /// OVER_LIMIT statuses (and so to Retry-After). Ours; default `0s`.
     ENV_RETRY_AFTER_JITTER = "RETRY_AFTER_JITTER", Duration, "0s", Active;
+    /// Add a `decision` struct to every response's `dynamic_metadata`: the
+    /// decision's id (which the decision audit and the logs name too), its
+    /// code, the rule that decided, and the shadow-mode rules it found over
+    /// their limit, for Envoy's access log and the upstream. Ours; default
+    /// `false`; independent of `RESPONSE_DYNAMIC_METADATA`.
+    ENV_RESPONSE_DECISION_METADATA = "RESPONSE_DECISION_METADATA", Bool, "false", Active;
     /// Hard deadline of a request's store work; past it the store has failed
     /// for that request's limits. Ours; default `50ms`.
     ENV_STORE_TIMEOUT = "STORE_TIMEOUT", Duration, "50ms", Active;
@@ -432,6 +448,11 @@ vars! {
     /// their rule's exact contract, in [0, 1]; `0` turns it off. Ours;
     /// default `0`.
     ENV_DECISION_AUDIT_SAMPLE = "DECISION_AUDIT_SAMPLE", Float, "0", Active;
+    /// Every limited rule's configured limit as two gauges,
+    /// `ratelimit.service.rate_limit.<rule>.limit` and `.window_seconds`,
+    /// set at each config load: one pair per rule, whatever the traffic.
+    /// Ours; default `false`.
+    ENV_RULE_LIMIT_GAUGES = "RULE_LIMIT_GAUGES", Bool, "false", Active;
     /// Window contracts above this many requests per window are not audited
     /// (their reference holds one entry per admitted request). Ours; default
     /// `10000`.

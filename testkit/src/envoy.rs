@@ -161,7 +161,9 @@ fn indent(yaml: &str, by: usize) -> String {
         .collect()
 }
 
-/// A bootstrap: a front listener `front` with the filter and `routes`, a
+/// A bootstrap: a front listener `front` with the filter and `routes` (its
+/// access log, one JSON line a request with the service's decision
+/// metadata, read by [`Envoy::access_log`]), a
 /// backend listener `backend` that answers 200 with `x-tokens: 30` (or an
 /// upstream of the test's), and the service's gRPC addresses as the
 /// cluster `ratelimit`.
@@ -177,6 +179,10 @@ pub struct Bootstrap {
     pub routes: Vec<Route>,
     /// Extra listeners (YAML list items, at any indentation).
     pub extra_listeners: String,
+    /// Request headers the backend listener answers back, each as the
+    /// response header `x-echo-<name>` (empty when the request had none):
+    /// what the upstream received.
+    pub echoed: Vec<String>,
 }
 
 impl Bootstrap {
@@ -221,6 +227,13 @@ impl Bootstrap {
                 )
             })
             .collect();
+        let echoes: String = self
+            .echoed
+            .iter()
+            .map(|h| {
+                format!("                - header: {{key: x-echo-{h}, value: \"%REQ({h})%\"}}\n")
+            })
+            .collect();
         let (backend_ip, backend_port_out) = match self.upstream {
             Some(a) => (a.ip().to_string(), a.port()),
             None => ("127.0.0.1".to_string(), backend_port),
@@ -236,6 +249,15 @@ impl Bootstrap {
         typed_config:
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: front
+          access_log:
+          - name: envoy.access_loggers.stdout
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog
+              log_format:
+                json_format:
+                  path: "%REQ(:PATH)%"
+                  status: "%RESPONSE_CODE%"
+                  decision: "%DYNAMIC_METADATA(envoy.filters.http.ratelimit:decision)%"
           route_config:
             name: front
             virtual_hosts:
@@ -267,7 +289,7 @@ impl Bootstrap {
                 direct_response: {{status: 200, body: {{inline_string: "ok\n"}}}}
                 response_headers_to_add:
                 - header: {{key: x-tokens, value: "30"}}
-          http_filters:
+{echoes}          http_filters:
           - name: envoy.filters.http.router
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
@@ -308,6 +330,7 @@ pub struct Envoy {
     /// Each listener's address, by name.
     pub listeners: Vec<(String, SocketAddr)>,
     log: mpsc::Receiver<String>,
+    access: mpsc::Receiver<String>,
 }
 
 impl Drop for Envoy {
@@ -344,13 +367,25 @@ impl Envoy {
                 "1",
                 "-l",
                 "warning",
+                // Access log lines within 100 ms, not Envoy's 10 s.
+                "--file-flush-interval-msec",
+                "100",
             ])
             .arg("--admin-address-path")
             .arg(&admin_path)
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("envoy starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (access_tx, access) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if access_tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
         let stderr = child.stderr.take().expect("piped stderr");
         let (tx, log) = mpsc::channel();
         std::thread::spawn(move || {
@@ -366,6 +401,7 @@ impl Envoy {
             admin: SocketAddr::from(([127, 0, 0, 1], 0)),
             listeners: Vec::new(),
             log,
+            access,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -435,6 +471,21 @@ impl Envoy {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// The front listener's access log lines written since the last call,
+    /// waiting up to 5 s for at least `want` of them.
+    pub fn access_log(&self, want: usize) -> Vec<String> {
+        let mut lines: Vec<String> = self.access.try_iter().collect();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while lines.len() < want {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.access.recv_timeout(left) {
+                Ok(line) => lines.push(line),
+                Err(_) => break,
+            }
+        }
+        lines
     }
 
     /// What Envoy logged so far.

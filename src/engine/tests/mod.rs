@@ -605,4 +605,67 @@ fn the_expiry_jitter_bound_stays_within_what_the_redis_script_draws_from() {
     assert_eq!(with(u64::MAX).expiration_jitter(), i32::MAX as u64);
 }
 
+mod evaluate;
 mod refunds;
+
+fn upstream_names() -> HeaderNames {
+    HeaderNames {
+        limit: "x-upstream-limit".into(),
+        remaining: "x-upstream-remaining".into(),
+        reset: "x-upstream-reset".into(),
+    }
+}
+
+#[tokio::test]
+async fn request_headers_carry_the_chosen_status_within_and_over_the_limit() {
+    let options = EngineOptions {
+        request_headers: Some(upstream_names()),
+        ..EngineOptions::default()
+    };
+    let f = fixture(HEADERS, options);
+    let expected = |remaining: &str| {
+        vec![
+            ("x-upstream-limit".to_string(), "2".to_string()),
+            ("x-upstream-remaining".to_string(), remaining.to_string()),
+            ("x-upstream-reset".to_string(), "60".to_string()),
+        ]
+    };
+    let within = f.ask(&[&[("min", "r")]], 1).await;
+    assert_eq!(within.request_headers_to_add, expected("1"));
+    assert!(
+        within.response_headers_to_add.is_empty(),
+        "the two switches are independent"
+    );
+    f.ask(&[&[("min", "r")]], 1).await;
+    let over = f.ask(&[&[("min", "r")]], 1).await;
+    assert_eq!(over.overall_code, Code::OverLimit);
+    assert_eq!(over.request_headers_to_add, expected("0"));
+}
+
+#[tokio::test]
+async fn request_headers_show_a_shadow_rule_over_its_limit_to_the_upstream() {
+    let options = EngineOptions {
+        request_headers: Some(upstream_names()),
+        ..with_headers(HeaderFormat::Ietf, Duration::ZERO)
+    };
+    let f = fixture(HEADERS, options);
+    f.ask(&[&[("shadow", "s")]], 1).await;
+    let r = f.ask(&[&[("shadow", "s")]], 1).await;
+    assert_eq!(r.overall_code, Code::Ok, "a shadow rule never refuses");
+    assert_eq!(
+        r.request_headers_to_add,
+        vec![
+            ("x-upstream-limit".to_string(), "1".to_string()),
+            ("x-upstream-remaining".to_string(), "0".to_string()),
+            ("x-upstream-reset".to_string(), "60".to_string()),
+        ],
+        "the upstream sees the shadow rule spent"
+    );
+    assert!(
+        r.response_headers_to_add
+            .iter()
+            .all(|(n, _)| !n.starts_with("x-upstream")),
+        "the response keeps its own format and names: {:?}",
+        r.response_headers_to_add
+    );
+}

@@ -39,9 +39,10 @@ pub const DEFAULT_BUCKETS: [f64; 11] = [
 pub const RESPONSE_TIME_METRIC: &str = "ratelimit_service_response_time_seconds";
 
 /// The per-rule statistics the default mapping turns into labelled metrics:
-/// the original's five, ours of refunds, and ours of the decision audit (which the
-/// original never emits, so its mapping of its own names is unchanged).
-const RULE_STATS: [&str; 11] = [
+/// the original's five, ours of refunds, ours of the decision audit and the
+/// configured limit's gauges (which the original never emits, so its mapping
+/// of its own names is unchanged).
+const RULE_STATS: [&str; 13] = [
     "near_limit",
     "over_limit",
     "total_hits",
@@ -53,6 +54,8 @@ const RULE_STATS: [&str; 11] = [
     "audit_unverified",
     "refunded_hits",
     "refund_lost",
+    "limit",
+    "window_seconds",
 ];
 
 /// The kind of a statsd statistic, as `match_metric_type` distinguishes them.

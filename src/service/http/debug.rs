@@ -1,6 +1,7 @@
 //! The debug port (`DEBUG_HOST`:`DEBUG_PORT`): the original's `/rlconfig`
-//! and `/stats`, our `/hotkeys`, `/keys` and `/audit`; `/` and any unknown path
-//! list the endpoints. [`HotKeysView`] is what `/hotkeys` and the
+//! and `/stats`, our `/hotkeys`, `/keys`, `/audit`, and the dry run and
+//! usage read-back ([`super::evaluate`]); `/` and any unknown path list the
+//! endpoints. [`HotKeysView`] is what `/hotkeys` and the
 //! `ratelimit.hot_keys` gauges show: the top keys with the leases held.
 
 use std::sync::Arc;
@@ -8,11 +9,10 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::any;
+use axum::routing::{any, get, post};
 use axum::Router;
 
-use crate::audit::Audit;
-use crate::config::LiveConfig;
+use crate::engine::Engine;
 use crate::hotkeys::TopKeys;
 use crate::limiter::Clock;
 use crate::resilience::leases::LeaseTable;
@@ -39,23 +39,31 @@ const ENDPOINTS: &[(&str, &str)] = &[
         "/audit",
         "the decision audit: per audited rule, decisions against its exact contract (JSON)",
     ),
+    (
+        "/evaluate",
+        "POST a /json request: what each descriptor would get, charging nothing (JSON)",
+    ),
+    (
+        "/usage",
+        "GET ?domain=D&descriptor=k=v,k2=v2: each applying limit's usage and what remains (JSON)",
+    ),
 ];
 
 #[derive(Clone)]
 struct DebugState {
-    config: LiveConfig,
+    /// The engine the service decides with: its live config, its audit,
+    /// and the dry run.
+    engine: Arc<Engine>,
     stats: StatsRenderer,
     hot_keys: Option<HotKeysView>,
-    audit: Option<Arc<Audit>>,
     memory: Option<Arc<MemoryStore>>,
 }
 
 /// The router of the debug port.
 pub fn router(
-    config: LiveConfig,
+    engine: Arc<Engine>,
     stats: StatsRenderer,
     hot_keys: Option<HotKeysView>,
-    audit: Option<Arc<Audit>>,
     memory: Option<Arc<MemoryStore>>,
 ) -> Router {
     Router::new()
@@ -64,14 +72,27 @@ pub fn router(
         .route("/hotkeys", any(hot_keys_page))
         .route("/audit", any(audit_page))
         .route("/keys", any(keys_page))
+        .route("/evaluate", post(evaluate_page))
+        .route("/usage", get(usage_page))
         .fallback(index)
         .with_state(DebugState {
-            config,
+            engine,
             stats,
             hot_keys,
-            audit,
             memory,
         })
+}
+
+/// `POST /evaluate`: see [`super::evaluate::evaluate`].
+async fn evaluate_page(State(s): State<DebugState>, body: axum::body::Bytes) -> Response {
+    let (status, body) = super::evaluate::evaluate(&s.engine, &body).await;
+    json_status(status, body)
+}
+
+/// `GET /usage`: see [`super::evaluate::usage`].
+async fn usage_page(State(s): State<DebugState>, uri: axum::http::Uri) -> Response {
+    let (status, body) = super::evaluate::usage(&s.engine, uri.query().unwrap_or("")).await;
+    json_status(status, body)
 }
 
 fn text(body: String) -> Response {
@@ -98,7 +119,7 @@ const NO_CONFIG_HINT: &str =
     "no configuration loaded: see the log for the file and line of the error, or check RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config";
 
 async fn rlconfig(State(s): State<DebugState>) -> Response {
-    match s.config.current() {
+    match s.engine.config().current() {
         Some(c) => text(c.dump()),
         None => {
             let mut r = text(String::new());
@@ -128,7 +149,7 @@ async fn hot_keys_page(State(s): State<DebugState>) -> Response {
 /// `/audit`: see [`Audit::to_json`]; with `DECISION_AUDIT_SAMPLE=0` no
 /// rules.
 async fn audit_page(State(s): State<DebugState>) -> Response {
-    json(match &s.audit {
+    json(match s.engine.audit() {
         Some(audit) => audit.to_json(),
         None => serde_json::json!({
             "sample": 0.0,
@@ -160,7 +181,11 @@ async fn keys_page(State(s): State<DebugState>) -> Response {
 }
 
 fn json(body: serde_json::Value) -> Response {
-    let mut r = (StatusCode::OK, body.to_string()).into_response();
+    json_status(StatusCode::OK, body)
+}
+
+fn json_status(status: StatusCode, body: serde_json::Value) -> Response {
+    let mut r = (status, body.to_string()).into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

@@ -172,13 +172,17 @@ pub fn render_response(r: &RateLimitResponse) -> String {
         let statuses: Vec<String> = r.statuses.iter().map(render_status).collect();
         fields.push(format!("\"statuses\":[{}]", statuses.join(",")));
     }
-    if !r.response_headers_to_add.is_empty() {
-        let headers: Vec<String> = r
-            .response_headers_to_add
-            .iter()
-            .map(|(k, v)| format!("{{\"key\":{},\"value\":{}}}", quote(k), quote(v)))
-            .collect();
-        fields.push(format!("\"responseHeadersToAdd\":[{}]", headers.join(",")));
+    for (name, headers) in [
+        ("responseHeadersToAdd", &r.response_headers_to_add),
+        ("requestHeadersToAdd", &r.request_headers_to_add),
+    ] {
+        if !headers.is_empty() {
+            let headers: Vec<String> = headers
+                .iter()
+                .map(|(k, v)| format!("{{\"key\":{},\"value\":{}}}", quote(k), quote(v)))
+                .collect();
+            fields.push(format!("\"{name}\":[{}]", headers.join(",")));
+        }
     }
     if let Some(m) = &r.dynamic_metadata {
         fields.push(format!("\"dynamicMetadata\":{}", render_struct(m)));
@@ -329,6 +333,7 @@ mod tests {
                     }),
                     limit_remaining: 0,
                     duration_until_reset: Some(Duration::from_secs(41)),
+                    shadowed: false,
                 },
                 DescriptorStatus {
                     code: Code::Ok,
@@ -341,6 +346,7 @@ mod tests {
                     }),
                     limit_remaining: 1,
                     duration_until_reset: Some(Duration::from_secs(41)),
+                    shadowed: false,
                 },
             ],
             ..RateLimitResponse::default()

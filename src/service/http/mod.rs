@@ -2,6 +2,7 @@
 //! `/json`, any method; anything else 404 `404 page not found`.
 
 pub mod debug;
+pub mod evaluate;
 pub mod json;
 pub mod server;
 

@@ -105,6 +105,15 @@ impl From<RateLimitResponse> for pb::RateLimitResponse {
                     ..HeaderValue::default()
                 })
                 .collect(),
+            request_headers_to_add: r
+                .request_headers_to_add
+                .into_iter()
+                .map(|(key, value)| HeaderValue {
+                    key,
+                    value,
+                    ..HeaderValue::default()
+                })
+                .collect(),
             dynamic_metadata: r.dynamic_metadata.as_ref().map(to_struct),
             ..pb::RateLimitResponse::default()
         }
@@ -180,8 +189,10 @@ mod tests {
                 }),
                 limit_remaining: 0,
                 duration_until_reset: Some(Duration::from_secs(58)),
+                shadowed: false,
             }],
             response_headers_to_add: vec![("RateLimit-Limit".into(), "10".into())],
+            request_headers_to_add: vec![("x-rl-remaining".into(), "0".into())],
             dynamic_metadata: Some(Metadata(BTreeMap::from([(
                 "domain".to_string(),
                 MetadataValue::String("d".into()),
@@ -196,6 +207,8 @@ mod tests {
             Some(58)
         );
         assert_eq!(wire.response_headers_to_add[0].key, "RateLimit-Limit");
+        assert_eq!(wire.request_headers_to_add[0].key, "x-rl-remaining");
+        assert_eq!(wire.request_headers_to_add[0].value, "0");
         assert!(wire.dynamic_metadata.is_some());
     }
 }
