@@ -728,6 +728,20 @@ async fn reload_is_visible_in_rlconfig() {
     assert_eq!(svc.debug("/").body, "/rlconfig: print out the currently loaded configuration for debugging\n/stats: print out stats\n/hotkeys: the busiest keys of this instance, by decisions per second (JSON)\n/keys: the memory store's keys by rule, most first, with each rule's evictions (JSON)\n/audit: the decision audit: per audited rule, decisions against its exact contract (JSON)\n/evaluate: POST a /json request: what each descriptor would get, charging nothing (JSON)\n/usage: GET ?domain=D&descriptor=k=v,k2=v2: each applying limit's usage and what remains (JSON)\n");
 }
 
+/// `/rlconfig` names the windows that `LOCAL_FIRST_SYNC_INTERVAL` alone
+/// made local-first, with their bound; a rule's own interval shows as its.
+#[test]
+fn rlconfig_shows_the_windows_the_setting_made_local_first() {
+    let svc = start(&[("LOCAL_FIRST_SYNC_INTERVAL", "50ms")]);
+    let page = svc.debug("/rlconfig").body;
+    assert!(
+        page.contains(
+            "test.foo_bar: unit=MINUTE requests_per_unit=10, shadow_mode: false, quota_mode: false, sync_interval: 50ms (LOCAL_FIRST_SYNC_INTERVAL; at most 10 + N·⌊ε·10/N⌋ a window)\n"
+        ),
+        "{page}"
+    );
+}
+
 #[tokio::test]
 async fn bad_input_never_panics() {
     let svc = start(&[]);

@@ -2,6 +2,8 @@
 
 use std::fmt::Write as _;
 
+use std::time::Duration;
+
 use super::failure::{Durability, FailurePolicy};
 use super::tree::DescriptorTree;
 
@@ -11,9 +13,12 @@ use super::tree::DescriptorTree;
 /// `, limits: <algorithm> <n>/<seconds>s[ burst <b>], …` before it (a
 /// calendar limit `<n>/calendar <unit> <zone>`), and a calendar rule in
 /// the original's vocabulary `, calendar: <unit> <zone>`; a local-first
-/// window adds its `sync_interval` and bound. Order is deterministic: domains in load order, a
-/// node before its descendants, siblings in document order.
-pub fn dump(tree: &DescriptorTree) -> String {
+/// window adds its `sync_interval` and bound, and a window that is
+/// local-first only by `LOCAL_FIRST_SYNC_INTERVAL` (`default_sync`: the
+/// original's windows and calendar windows whose rule sets none) says so.
+/// Order is deterministic: domains in load order, a node before its
+/// descendants, siblings in document order.
+pub fn dump(tree: &DescriptorTree, default_sync: Option<Duration>) -> String {
     let mut out = String::new();
     for rule in tree.rules() {
         // Writing into a String cannot fail.
@@ -62,11 +67,19 @@ pub fn dump(tree: &DescriptorTree) -> String {
             if l.hot.lease {
                 out.push_str(" lease");
             }
-            write_sync(&mut out, l.sync_interval, l.requests_per_unit);
+            let sync = match (&l.calendar, l.sync_interval) {
+                (Some(_), None) => default_sync.map(Sync::ByDefault),
+                (_, own) => own.map(Sync::Own),
+            };
+            write_sync(&mut out, sync, l.requests_per_unit);
             write_failure(&mut out, &l.failure);
         }
         if rule.limits.is_empty() {
-            write_sync(&mut out, rule.sync_interval, rule.requests_per_unit);
+            let sync = match rule.sync_interval {
+                Some(own) => Some(Sync::Own(own)),
+                None => default_sync.map(Sync::ByDefault),
+            };
+            write_sync(&mut out, sync, rule.requests_per_unit);
             write_failure(&mut out, &rule.failure);
         }
         out.push('\n');
@@ -74,16 +87,29 @@ pub fn dump(tree: &DescriptorTree) -> String {
     out
 }
 
+/// Where a window's write-back interval comes from.
+#[derive(Clone, Copy)]
+enum Sync {
+    /// Its rule's `sync_interval`.
+    Own(Duration),
+    /// `LOCAL_FIRST_SYNC_INTERVAL`.
+    ByDefault(Duration),
+}
+
 /// `, sync_interval: <d> (at most <L> + N·⌊ε·<L>/N⌋ a window)` for a
 /// local-first window: its bound, with `N` the instances and `ε`
-/// `LOCAL_FIRST_MAX_OVER`.
-fn write_sync(out: &mut String, interval: Option<std::time::Duration>, limit: u32) {
-    if let Some(d) = interval {
-        let _ = write!(
+/// `LOCAL_FIRST_MAX_OVER`; `(LOCAL_FIRST_SYNC_INTERVAL; at most …)` when
+/// the setting, not the rule, made it local-first.
+fn write_sync(out: &mut String, sync: Option<Sync>, limit: u32) {
+    let bound = format!("at most {limit} + N·⌊ε·{limit}/N⌋ a window");
+    let _ = match sync {
+        Some(Sync::Own(d)) => write!(out, ", sync_interval: {d:?} ({bound})"),
+        Some(Sync::ByDefault(d)) => write!(
             out,
-            ", sync_interval: {d:?} (at most {limit} + N·⌊ε·{limit}/N⌋ a window)"
-        );
-    }
+            ", sync_interval: {d:?} (LOCAL_FIRST_SYNC_INTERVAL; {bound})"
+        ),
+        None => Ok(()),
+    };
 }
 
 /// ` failure_mode <mode>[ fallback <n>]`, only when the rule sets one;

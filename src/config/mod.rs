@@ -63,6 +63,12 @@ impl Config {
 
     /// The `/rlconfig` text.
     pub fn dump(&self) -> String {
-        dump::dump(&self.tree)
+        dump::dump(&self.tree, None)
+    }
+
+    /// The `/rlconfig` text of a service whose `LOCAL_FIRST_SYNC_INTERVAL`
+    /// is `default_sync`: the windows it makes local-first show it too.
+    pub fn dump_with(&self, default_sync: Option<std::time::Duration>) -> String {
+        dump::dump(&self.tree, default_sync)
     }
 }

@@ -257,6 +257,11 @@ impl Engine {
         &self.config
     }
 
+    /// What the engine does beyond matching.
+    pub fn options(&self) -> &EngineOptions {
+        &self.options
+    }
+
     /// The statistics.
     pub fn stats(&self) -> &Arc<Stats> {
         &self.stats

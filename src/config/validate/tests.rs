@@ -708,3 +708,29 @@ fn a_local_first_window_shows_its_bound_in_the_dump() {
         "d.k: unit=MINUTE requests_per_unit=1000, shadow_mode: false, quota_mode: false, sync_interval: 50ms (at most 1000 + N·⌊ε·1000/N⌋ a window)\n"
     );
 }
+
+#[test]
+fn a_window_made_local_first_by_the_setting_says_so_in_the_dump() {
+    let config = load_one(&format!(
+        "{HEAD}    rate_limit:\n      unit: minute\n      requests_per_unit: 1000\n  - key: own\n    rate_limit:\n      unit: minute\n      requests_per_unit: 10\n      sync_interval: 1s\n  - key: bucket\n    rate_limit:\n      unit: second\n      requests_per_unit: 10\n      algorithm: token_bucket\n"
+    ))
+    .expect("valid");
+    let dump = config.dump_with(Some(Duration::from_millis(50)));
+    let lines: Vec<&str> = dump.lines().collect();
+    assert!(
+        lines[0].ends_with(", sync_interval: 50ms (LOCAL_FIRST_SYNC_INTERVAL; at most 1000 + N·⌊ε·1000/N⌋ a window)"),
+        "{dump}"
+    );
+    assert!(
+        lines[1].ends_with(", sync_interval: 1s (at most 10 + N·⌊ε·10/N⌋ a window)"),
+        "the rule's own interval wins: {dump}"
+    );
+    assert!(
+        !lines[2].contains("sync_interval"),
+        "not a fixed window: {dump}"
+    );
+    assert!(
+        !config.dump().contains("LOCAL_FIRST_SYNC_INTERVAL"),
+        "without the setting, only the rule's own interval shows"
+    );
+}

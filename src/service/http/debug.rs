@@ -120,7 +120,7 @@ const NO_CONFIG_HINT: &str =
 
 async fn rlconfig(State(s): State<DebugState>) -> Response {
     match s.engine.config().current() {
-        Some(c) => text(c.dump()),
+        Some(c) => text(c.dump_with(s.engine.options().local_first_sync_interval)),
         None => {
             let mut r = text(String::new());
             r.headers_mut()
