@@ -147,7 +147,9 @@ pub(crate) fn parse_load(args: &[String], command: &'static str) -> Result<LoadC
         "descriptors",
         parse_number("descriptors", &get("descriptors"))?,
         1,
-        64,
+        // The service's default REQUEST_MAX_DESCRIPTORS: the largest
+        // request it takes, which heavy callers send.
+        1000,
     )?;
     let names: Vec<String> = get("entries").split(',').map(str::to_string).collect();
     let entries = if names.len() == descriptors {

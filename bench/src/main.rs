@@ -83,7 +83,8 @@ LOAD OPTIONS (run, compare):
                         tick per millisecond). Default: closed loop, every
                         in-flight slot sends its next request at once
   --domain NAME         request domain (default bench)
-  --descriptors D       descriptors per request (default 1), each with one entry
+  --descriptors D       descriptors per request (default 1, at most 1000), each
+                        with one entry
   --entries KEYS        entry keys, comma-separated, one per descriptor; a single
                         KEY with D > 1 means KEY_0 .. KEY_{D-1} (default key)
   --keys DIST           how entry values are drawn, independently per descriptor:
