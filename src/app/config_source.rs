@@ -12,7 +12,6 @@ use super::{AppError, Signal};
 use crate::config::provider::ProviderOptions;
 use crate::config::watcher::{ConfigWatcher, ReloadStatus};
 use crate::config::{Config, LiveConfig};
-use crate::limiter::{AlgorithmName, Limiter};
 use crate::metrics::{RuleLimit, Stats};
 use crate::service::health::{Component, Health};
 use crate::settings::{ConfigType, Settings};
@@ -150,7 +149,7 @@ fn rule_limits(config: &Config) -> Vec<RuleLimit> {
         .filter(|rule| !rule.unlimited)
         .map(|rule| {
             let (limit, window_seconds) = match rule.limits.first() {
-                Some(l) => (l.limiter.limit(), window_of(&l.limiter)),
+                Some(l) => (l.limiter.limit(), l.limiter.window_seconds()),
                 None => (
                     u64::from(rule.requests_per_unit),
                     rule.unit.seconds().unwrap_or(0),
@@ -163,12 +162,4 @@ fn rule_limits(config: &Config) -> Vec<RuleLimit> {
             }
         })
         .collect()
-}
-
-/// A limiter's window in seconds; an in-flight limit has none (0).
-fn window_of(limiter: &Limiter) -> u64 {
-    match limiter.name() {
-        AlgorithmName::Concurrency => 0,
-        _ => limiter.period().as_secs(),
-    }
 }

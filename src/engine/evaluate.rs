@@ -95,14 +95,7 @@ impl Engine {
         request: &RateLimitRequest,
         cost: Option<u64>,
     ) -> Result<Vec<Evaluated>, ServiceError> {
-        if request.domain.is_empty() {
-            return Err(ServiceError::EmptyDomain);
-        }
-        if request.descriptors.is_empty() {
-            return Err(ServiceError::EmptyDescriptors);
-        }
-        self.check_size(request)?;
-        let config = self.config.current().ok_or(ServiceError::NoConfig)?;
+        let config = self.admit(request)?;
         let now = self.clock.now().as_secs();
         let mut matched = self.lookup(&config, request).await?;
         let options = PlanOptions {
@@ -194,10 +187,7 @@ fn describe(
         (Some(l), _) => (
             l.limiter.name().as_str(),
             l.limiter.limit(),
-            match l.limiter.name() {
-                crate::limiter::AlgorithmName::Concurrency => 0,
-                _ => l.limiter.period().as_secs(),
-            },
+            l.limiter.window_seconds(),
         ),
         (None, _) => (
             "fixed_window",

@@ -303,14 +303,7 @@ impl Engine {
         request: &RateLimitRequest,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<RateLimitResponse, ServiceError> {
-        if request.domain.is_empty() {
-            return Err(ServiceError::EmptyDomain);
-        }
-        if request.descriptors.is_empty() {
-            return Err(ServiceError::EmptyDescriptors);
-        }
-        self.check_size(request)?;
-        let config = self.config.current().ok_or(ServiceError::NoConfig)?;
+        let config = self.admit(request)?;
         // One reading of the clock per request: the hot-key counts and the
         // original's windows take it.
         let at = self.clock.now();
@@ -329,6 +322,22 @@ impl Engine {
             at,
         );
         Ok(response)
+    }
+
+    /// What a request must be before it is matched: a domain, at least one
+    /// descriptor, within the size caps; and a config to match it with.
+    fn admit(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<Arc<crate::config::Config>, ServiceError> {
+        if request.domain.is_empty() {
+            return Err(ServiceError::EmptyDomain);
+        }
+        if request.descriptors.is_empty() {
+            return Err(ServiceError::EmptyDescriptors);
+        }
+        self.check_size(request)?;
+        self.config.current().ok_or(ServiceError::NoConfig)
     }
 
     /// The size caps: at most `max_descriptors` descriptors of at most

@@ -244,11 +244,9 @@ fn describe(rule: &crate::config::RateLimitRule, i: usize, now_secs: u64) -> (u6
                 } else {
                     l.name.clone()
                 },
-                window_seconds: match (&l.calendar, l.limiter) {
-                    (Some(c), _) => c.window_at(now_secs).length,
-                    // Slots have no window.
-                    (None, crate::limiter::Limiter::Concurrency(_)) => 0,
-                    (None, limiter) => limiter.period().as_secs(),
+                window_seconds: match &l.calendar {
+                    Some(c) => c.window_at(now_secs).length,
+                    None => l.limiter.window_seconds(),
                 },
                 burst: matches!(l.limiter, crate::limiter::Limiter::TokenBucket(_))
                     .then(|| l.limiter.capacity()),

@@ -182,6 +182,16 @@ impl Limiter {
         self.rate().window()
     }
 
+    /// The window as a limit's statuses and gauges report it, in whole
+    /// seconds: the period, or 0 for an in-flight limit, which has none
+    /// (its period is the longest a slot is held).
+    pub fn window_seconds(&self) -> u64 {
+        match self {
+            Limiter::Concurrency(_) => 0,
+            _ => self.period().as_secs(),
+        }
+    }
+
     /// The same algorithm over the same period with `limit` per period
     /// instead (a token bucket's burst scaled alike, rounded down, at least
     /// 1): a share of this limit, as a failure policy's local floor.

@@ -377,24 +377,10 @@ impl Envoy {
             .stderr(Stdio::piped())
             .spawn()
             .expect("envoy starts");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (access_tx, access) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if access_tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stderr = child.stderr.take().expect("piped stderr");
-        let (tx, log) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        // Envoy's own log on stderr, the front listener's access log on
+        // stdout.
+        let log = lines_of(child.stderr.take().expect("piped stderr"));
+        let access = lines_of(child.stdout.take().expect("piped stdout"));
         let mut envoy = Envoy {
             child,
             _dir: dir,
@@ -492,4 +478,17 @@ impl Envoy {
     pub fn drain_log(&self) -> String {
         self.log.try_iter().collect::<Vec<_>>().join("\n")
     }
+}
+
+/// The lines `reader` gives, as a thread reads them.
+fn lines_of(reader: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(reader).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }

@@ -91,29 +91,25 @@ fn to_value(v: &MetadataValue) -> wkt::Value {
     wkt::Value { kind: Some(kind) }
 }
 
+/// Headers as the wire carries them.
+fn header_values(headers: Vec<(String, String)>) -> Vec<HeaderValue> {
+    headers
+        .into_iter()
+        .map(|(key, value)| HeaderValue {
+            key,
+            value,
+            ..HeaderValue::default()
+        })
+        .collect()
+}
+
 impl From<RateLimitResponse> for pb::RateLimitResponse {
     fn from(r: RateLimitResponse) -> Self {
         pb::RateLimitResponse {
             overall_code: code(r.overall_code),
             statuses: r.statuses.into_iter().map(status).collect(),
-            response_headers_to_add: r
-                .response_headers_to_add
-                .into_iter()
-                .map(|(key, value)| HeaderValue {
-                    key,
-                    value,
-                    ..HeaderValue::default()
-                })
-                .collect(),
-            request_headers_to_add: r
-                .request_headers_to_add
-                .into_iter()
-                .map(|(key, value)| HeaderValue {
-                    key,
-                    value,
-                    ..HeaderValue::default()
-                })
-                .collect(),
+            response_headers_to_add: header_values(r.response_headers_to_add),
+            request_headers_to_add: header_values(r.request_headers_to_add),
             dynamic_metadata: r.dynamic_metadata.as_ref().map(to_struct),
             ..pb::RateLimitResponse::default()
         }
