@@ -167,7 +167,7 @@ impl Engine {
             for (n, i) in d.items.clone().enumerate() {
                 let item = &plan.work.items[i];
                 let answer = reply.as_ref().and_then(|r| r.answers.get(i));
-                let limit = describe(rule, n, &item.limit, answer);
+                let limit = describe(rule, n, &item.limit, answer, now);
                 evaluated.allowed &= limit.allowed;
                 evaluated.limits.push(limit);
             }
@@ -176,28 +176,29 @@ impl Engine {
     }
 }
 
-/// Limit `n` of `rule` (the store item `limit`) as the dry run found it.
+/// Limit `n` of `rule` (the store item `limit`) as the dry run found it:
+/// described as its statuses describe it, its answer read as theirs (a
+/// sub-bucket's for its whole limit).
 fn describe(
     rule: &RateLimitRule,
     n: usize,
     limit: &Limit,
     answer: Option<&Result<Answer, crate::store::StoreError>>,
+    now_secs: u64,
 ) -> LimitFound {
-    let (algorithm, capacity, window_seconds) = match (rule.limits.get(n), limit) {
-        (Some(l), _) => (
-            l.limiter.name().as_str(),
-            l.limiter.limit(),
-            l.limiter.window_seconds(),
-        ),
-        (None, _) => (
-            "fixed_window",
-            u64::from(rule.requests_per_unit),
-            limit.original_window().map_or(0, |w| w.window.length),
-        ),
-    };
+    let (_, current) = super::status::describe(rule, n, now_secs);
+    let algorithm = rule
+        .limits
+        .get(n)
+        .map_or("fixed_window", |l| l.limiter.name().as_str());
+    // An original window's item names the window it counts (a calendar
+    // period's included).
+    let window_seconds = limit
+        .original_window()
+        .map_or(current.window_seconds, |w| w.window.length);
     let mut found = LimitFound {
         algorithm,
-        limit: capacity,
+        limit: u64::from(current.requests_per_unit),
         window_seconds,
         used: None,
         remaining: 0,
@@ -207,6 +208,7 @@ fn describe(
     };
     match answer {
         Some(Ok(Answer::Decided(d))) => {
+            let d = super::status::logical(rule.limits.get(n), *d);
             found.allowed = d.decision.is_allowed();
             found.remaining = d.decision.remaining();
             found.reset_after = match d.decision {

@@ -59,29 +59,13 @@ pub(super) fn respond(
         Some(names) => headers::for_response(HeaderFormat::Original, names, &listing, refused),
         None => Vec::new(),
     };
-    // The rule that decided: the refusing one, else the one closest to
-    // its limit (the status the headers describe).
-    let deciding = headers::chosen_status(&statuses, dispositions, quota);
-    // Over a limit and let through: a shadow rule's, or any refusal under
-    // global shadow mode.
-    let shadowed: Vec<usize> = (0..statuses.len())
-        .filter(|&i| {
-            statuses[i].shadowed || (options.shadow_mode && statuses[i].code == Code::OverLimit)
-        })
-        .collect();
+    // Only a response that carries the decision, or a debug log that
+    // reads it, needs the deciding rule and the shadowed ones found.
+    let facts = (options.decision_metadata || tracing::enabled!(tracing::Level::DEBUG))
+        .then(|| decision_facts(options, matched, &statuses, id, overall));
     if overall == Code::OverLimit && options.shadow_mode {
         overall = Code::Ok;
         stats.global_shadow_mode();
-    }
-    let rule_label = |i: usize| matched.rules[i].as_deref().map(|r| r.label().to_string());
-    if refused || !shadowed.is_empty() {
-        tracing::debug!(
-            decision = %id,
-            code = ?overall,
-            rule = deciding.and_then(rule_label).unwrap_or_default(),
-            shadowed = shadowed.len(),
-            "over a limit"
-        );
     }
     let mut dynamic_metadata = options.response_dynamic_metadata.then(|| {
         let refs: Vec<_> = matched
@@ -91,17 +75,22 @@ pub(super) fn respond(
             .collect();
         dynamic_metadata::build(request, &refs, &passed)
     });
-    if options.decision_metadata {
-        let facts = DecisionFacts {
-            id,
-            code: overall,
-            rule: deciding.and_then(rule_label),
-            shadow_violations: shadowed.iter().filter_map(|&i| rule_label(i)).collect(),
-        };
-        let metadata = dynamic_metadata.get_or_insert_with(Default::default);
-        metadata
-            .0
-            .insert("decision".into(), dynamic_metadata::decision(&facts));
+    if let Some(facts) = facts {
+        if refused || !facts.shadow_violations.is_empty() {
+            tracing::debug!(
+                decision = %facts.id,
+                code = ?facts.code,
+                rule = facts.rule.as_deref().unwrap_or_default(),
+                shadowed = facts.shadow_violations.len(),
+                "over a limit"
+            );
+        }
+        if options.decision_metadata {
+            let metadata = dynamic_metadata.get_or_insert_with(Default::default);
+            metadata
+                .0
+                .insert("decision".into(), dynamic_metadata::decision(&facts));
+        }
     }
     RateLimitResponse {
         overall_code: overall,
@@ -109,6 +98,35 @@ pub(super) fn respond(
         response_headers_to_add,
         request_headers_to_add,
         dynamic_metadata,
+    }
+}
+
+/// What the decision's metadata and log line say: the rule that decided
+/// (the refusing one, else the one closest to its limit: the status the
+/// headers describe), and the rules over a limit that were let through (a
+/// shadow rule's, or any refusal under global shadow mode). `overall` is
+/// the code before global shadow mode; Envoy is answered OK under it.
+fn decision_facts(
+    options: &EngineOptions,
+    matched: &Matched,
+    statuses: &[DescriptorStatus],
+    id: DecisionId,
+    overall: Code,
+) -> DecisionFacts {
+    let label = |i: usize| matched.rules[i].as_deref().map(|r| r.label().to_string());
+    let over = |s: &DescriptorStatus| s.code == Code::OverLimit;
+    DecisionFacts {
+        id,
+        code: match overall {
+            Code::OverLimit if options.shadow_mode => Code::Ok,
+            code => code,
+        },
+        rule: headers::chosen_status(statuses, &matched.dispositions, &matched.quota)
+            .and_then(label),
+        shadow_violations: (0..statuses.len())
+            .filter(|&i| statuses[i].shadowed || (options.shadow_mode && over(&statuses[i])))
+            .filter_map(label)
+            .collect(),
     }
 }
 

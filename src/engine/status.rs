@@ -232,7 +232,11 @@ fn decided(
 }
 
 /// Capacity and reported limit of `rule`'s `i`-th limit at `now_secs`.
-fn describe(rule: &crate::config::RateLimitRule, i: usize, now_secs: u64) -> (u64, CurrentLimit) {
+pub(super) fn describe(
+    rule: &crate::config::RateLimitRule,
+    i: usize,
+    now_secs: u64,
+) -> (u64, CurrentLimit) {
     match rule.limits.get(i) {
         Some(l) => (
             l.limiter.capacity(),
@@ -321,7 +325,7 @@ pub(crate) fn given_back(
 /// sub-buckets (what the whole has left if the others are like this one,
 /// as they are under uniform picks), at most the limit's capacity. Other
 /// answers as they are.
-fn logical(limit: Option<&ConfiguredLimit>, mut answer: Decided) -> Decided {
+pub(super) fn logical(limit: Option<&ConfiguredLimit>, mut answer: Decided) -> Decided {
     let k = limit.map_or(0, |l| l.sub_buckets.len() as u64);
     if let (Some(l), true, Decision::Allow { remaining, .. }) = (limit, k > 1, &mut answer.decision)
     {
