@@ -365,11 +365,18 @@ async fn late_answers_and_callers_gone_are_counted() {
     // Ten seconds is plenty: on time, nothing counted.
     let on_time = raw_grpc_with(svc.grpc, framed("a"), &[("grpc-timeout", "10S")]).await;
     assert_eq!(on_time.0.as_deref(), Some("0"), "answered");
-    // One microsecond: answered by the rule's policy at once (too little
-    // time to ask Redis), and still after its caller gave up. (A raw
+    // One microsecond: too little time to ask Redis, so the rule's policy
+    // answers at once, and still after its caller gave up; or, when the
+    // request's body came in a later read than its headers, the server ends
+    // the call at the deadline with CANCELLED. Either way the call missed
+    // its caller's deadline, and it is counted once, as that. (A raw
     // client: tonic's would give up itself.)
     let late = raw_grpc_with(svc.grpc, framed("a"), &[("grpc-timeout", "1u")]).await;
-    assert_eq!(late.0.as_deref(), Some("0"), "answered");
+    let status = late.0.as_deref();
+    assert!(
+        status == Some("0") || status == Some("1"),
+        "answered by policy or cancelled at the deadline: {status:?}"
+    );
     assert!(svc.eventually(Duration::from_secs(2), || svc.stat(past) == 1));
     assert_eq!(svc.stat(gone), 0);
 

@@ -45,14 +45,15 @@ pub const REDIS_ERROR: &str = "ratelimit.service.call.should_rate_limit.redis_er
 /// `ratelimit.service.call.should_rate_limit.service_error`.
 pub const SERVICE_ERROR: &str = "ratelimit.service.call.should_rate_limit.service_error";
 /// `ratelimit.service.call.should_rate_limit.past_caller_deadline` (ours):
-/// calls answered after their `grpc-timeout` ran out, so the caller (Envoy)
-/// had already applied its own failure mode. Non-zero means the deadline's
-/// margin is too small for the deployment.
+/// calls not answered by their `grpc-timeout` (answered late, or ended by the
+/// server at the deadline), so the caller (Envoy) had already applied its own
+/// failure mode. Non-zero means the deadline's margin is too small for the
+/// deployment.
 pub const PAST_CALLER_DEADLINE: &str =
     "ratelimit.service.call.should_rate_limit.past_caller_deadline";
 /// `ratelimit.service.call.should_rate_limit.caller_gone` (ours): calls
 /// whose caller went away (cancelled the stream, closed the connection)
-/// before they were answered; Envoy cancels at its filter's `timeout`.
+/// before they were answered and before any `grpc-timeout` of theirs ran out.
 pub const CALLER_GONE: &str = "ratelimit.service.call.should_rate_limit.caller_gone";
 /// `runtime.load_attempts`: configuration snapshots read by the file provider.
 pub const RUNTIME_LOAD_ATTEMPTS: &str = "runtime.load_attempts";

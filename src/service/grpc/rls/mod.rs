@@ -50,11 +50,15 @@ impl NamedService for RlsServer {
     const NAME: &'static str = "envoy.service.ratelimit.v3.RateLimitService";
 }
 
-/// Holds one call to its caller's deadline, where production can see it:
-/// an answer ready after the caller's `grpc-timeout` ran out counts
-/// [`metrics::PAST_CALLER_DEADLINE`](crate::metrics::PAST_CALLER_DEADLINE);
-/// a call dropped unanswered (its caller reset the stream or closed the
-/// connection) counts [`metrics::CALLER_GONE`](crate::metrics::CALLER_GONE).
+/// Holds one call to its caller's deadline, where production can see it.
+/// A call not answered by its `grpc-timeout` counts
+/// [`metrics::PAST_CALLER_DEADLINE`](crate::metrics::PAST_CALLER_DEADLINE),
+/// whether its answer came late or the server gave up on it at the deadline
+/// (tonic ends such a call with CANCELLED, the caller having left); a call
+/// dropped unanswered before any deadline of its own (its caller reset the
+/// stream or closed the connection) counts
+/// [`metrics::CALLER_GONE`](crate::metrics::CALLER_GONE). Each call counts
+/// at most once.
 struct CallWatch {
     /// When the caller gives up: arrival plus its `grpc-timeout`.
     gives_up: Option<tokio::time::Instant>,
@@ -64,20 +68,28 @@ struct CallWatch {
 impl CallWatch {
     fn answered(mut self) {
         self.answered = true;
-        if self
-            .gives_up
-            .is_some_and(|t| tokio::time::Instant::now() > t)
-        {
+        if self.past_deadline() {
             ::metrics::counter!(crate::metrics::PAST_CALLER_DEADLINE).increment(1);
         }
+    }
+
+    fn past_deadline(&self) -> bool {
+        self.gives_up
+            .is_some_and(|t| tokio::time::Instant::now() >= t)
     }
 }
 
 impl Drop for CallWatch {
     fn drop(&mut self) {
-        if !self.answered {
-            ::metrics::counter!(crate::metrics::CALLER_GONE).increment(1);
+        if self.answered {
+            return;
         }
+        let counter = if self.past_deadline() {
+            crate::metrics::PAST_CALLER_DEADLINE
+        } else {
+            crate::metrics::CALLER_GONE
+        };
+        ::metrics::counter!(counter).increment(1);
     }
 }
 
