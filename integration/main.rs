@@ -27,6 +27,7 @@ mod headers;
 mod hot_keys;
 mod local_first;
 mod memcache;
+mod overrides;
 mod redis_faults;
 mod redis_infra;
 mod redis_service;

@@ -725,7 +725,7 @@ async fn reload_is_visible_in_rlconfig() {
         .contains("more.k: unit=DAY requests_per_unit=7"));
     assert_eq!(svc.stat("runtime.num_values"), 2);
     assert!(svc.stat("runtime.load_attempts") >= 3);
-    assert_eq!(svc.debug("/").body, "/rlconfig: print out the currently loaded configuration for debugging\n/stats: print out stats\n/hotkeys: the busiest keys of this instance, by decisions per second (JSON)\n/keys: the memory store's keys by rule, most first, with each rule's evictions (JSON)\n/audit: the decision audit: per audited rule, decisions against its exact contract (JSON)\n/evaluate: POST a /json request: what each descriptor would get, charging nothing (JSON)\n/usage: GET ?domain=D&descriptor=k=v,k2=v2: each applying limit's usage and what remains (JSON)\n");
+    assert_eq!(svc.debug("/").body, "/rlconfig: print out the currently loaded configuration for debugging\n/stats: print out stats\n/hotkeys: the busiest keys of this instance, by decisions per second (JSON)\n/keys: the memory store's keys by rule, most first, with each rule's evictions (JSON)\n/audit: the decision audit: per audited rule, decisions against its exact contract (JSON)\n/evaluate: POST a /json request: what each descriptor would get, charging nothing (JSON)\n/usage: GET ?domain=D&descriptor=k=v,k2=v2: each applying limit's usage and what remains (JSON)\n/overrides: GET ?domain=D: the per-tenant overrides in force; PUT or DELETE one (JSON, bearer token)\n/overrides/log: GET ?domain=D: the overrides' changes, newest last (JSON)\n");
 }
 
 /// `/rlconfig` names the windows that `LOCAL_FIRST_SYNC_INTERVAL` alone

@@ -1,7 +1,7 @@
 //! One set of store behaviours, run against every store: memory, Redis
 //! single, Redis behind sentinels, Redis Cluster, memcache (real servers
 //! started by the tests on free loopback ports), over every kind of job: a
-//! request's limits and the RLQS demand boards. Each body runs on every
+//! request's limits, the RLQS demand boards and the overrides' book. Each body runs on every
 //! store that promises what it checks ([`Promises`]).
 
 use crate::support;
@@ -16,6 +16,7 @@ use ratelimit::platform::workers::Workers;
 use ratelimit::resilience::{self, BreakerOptions, ResilienceOptions};
 use ratelimit::store::board::{BoardOp, BoardStep, BoardWork};
 use ratelimit::store::memcache::{MemcacheOptions, MemcacheStore};
+use ratelimit::store::overrides::{BookAnswer, BookKeys, BookStep, BookWork, BookWrite};
 use ratelimit::store::redis::url::{Credentials, Target};
 use ratelimit::store::redis::{connect, RedisOptions, RedisStore, StartupRetry};
 use ratelimit::store::{
@@ -725,8 +726,97 @@ async fn counts_land_after_the_answer(store: Arc<dyn Store>, p: &str) {
     assert_eq!(store.counts(&batch, Policy::Commit).await, Ok(vec![2, 4]));
 }
 
-/// Every body `store` promises to keep, the boards' included.
+async fn book_step(store: &Arc<dyn Store>, p: &str, step: BookStep) -> BookAnswer {
+    let work = BookWork {
+        keys: BookKeys::new(p),
+        node: None,
+        steps: vec![step],
+    };
+    store
+        .book(&work, None)
+        .await
+        .pop()
+        .expect("one answer")
+        .expect("the book answers")
+}
+
+fn book_put(id: &str, record: &str, if_version: Option<u64>, max_entries: usize) -> BookStep {
+    BookStep::Write(BookWrite {
+        id: id.into(),
+        record: Some(record.into()),
+        expires_at_ms: 0,
+        if_version,
+        max_entries,
+        now_ms: 1_000,
+        log_head: format!("{{\"id\":\"{id}\""),
+    })
+}
+
+/// The overrides' book: versions, compare-and-set, the cap, the read of
+/// an unchanged book, the log with the record before each change.
+async fn the_book_versions_every_change(store: Arc<dyn Store>, p: &str) {
+    let s = &store;
+    assert_eq!(
+        book_step(s, p, BookStep::Read { known: 0 }).await,
+        BookAnswer::Unchanged
+    );
+    assert_eq!(
+        book_step(s, p, book_put("a", "{\"n\":1}", Some(0), 2)).await,
+        BookAnswer::Written {
+            version: 1,
+            before: None
+        }
+    );
+    assert_eq!(
+        book_step(s, p, book_put("a", "{\"n\":2}", Some(0), 2)).await,
+        BookAnswer::Stale { current: 1 }
+    );
+    let BookAnswer::Written {
+        version: 2,
+        before: Some(before),
+    } = book_step(s, p, book_put("a", "{\"n\":2}", Some(1), 2)).await
+    else {
+        panic!("a current compare-and-set writes");
+    };
+    assert_eq!((before.version, before.record.as_str()), (1, "{\"n\":1}"));
+    book_step(s, p, book_put("b", "{}", None, 2)).await;
+    assert_eq!(
+        book_step(s, p, book_put("c", "{}", None, 2)).await,
+        BookAnswer::Full
+    );
+    assert_eq!(
+        book_step(s, p, BookStep::Read { known: 3 }).await,
+        BookAnswer::Unchanged
+    );
+    let BookAnswer::Snapshot {
+        version,
+        mut entries,
+    } = book_step(s, p, BookStep::Read { known: 1 }).await
+    else {
+        panic!("a reader behind gets the book");
+    };
+    entries.sort_by(|x, y| x.id.cmp(&y.id));
+    let got: Vec<(&str, u64, &str)> = entries
+        .iter()
+        .map(|e| (e.id.as_str(), e.version, e.record.as_str()))
+        .collect();
+    assert_eq!(
+        (version, got),
+        (3, vec![("a", 2, "{\"n\":2}"), ("b", 3, "{}")])
+    );
+    assert_eq!(
+        book_step(s, p, BookStep::Log { count: 2 }).await,
+        BookAnswer::Log(vec![
+            "{\"id\":\"a\",\"version\":2,\"before\":{\"n\":1}}".into(),
+            "{\"id\":\"b\",\"version\":3,\"before\":null}".into(),
+        ])
+    );
+}
+
+/// Every body `store` promises to keep, the boards' and the book's
+/// included.
 async fn all_bodies(store: Arc<dyn Store>, promises: Promises) {
+    the_book_versions_every_change(Arc::clone(&store), "o1_").await;
     boards_split_each_rate_over_its_live_lines(Arc::clone(&store), "b1_").await;
     board_steps_keep_their_order(Arc::clone(&store), "b2_").await;
     many_keys_keep_their_order(Arc::clone(&store), "t3_").await;

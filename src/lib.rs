@@ -62,6 +62,7 @@ pub mod go;
 pub mod hotkeys;
 pub mod limiter;
 pub mod metrics;
+pub mod overrides;
 pub mod platform;
 pub mod quota;
 pub mod resilience;

@@ -183,6 +183,17 @@ pub async fn run(
     if let Some(audit) = &audit {
         engine = engine.with_audit(Arc::clone(audit));
     }
+    // The per-tenant overrides: read once before serving, so that a
+    // restarted instance applies the book's at its first request.
+    let overrides = Arc::new(crate::overrides::Overrides::new(
+        Arc::clone(&built.store),
+        &settings.limiter.cache_key_prefix,
+        settings.overrides.max_entries,
+        crate::overrides::OverrideTable::new(),
+    ));
+    engine = engine.with_overrides(Arc::clone(overrides.table()));
+    let _ = overrides.refresh().await;
+    let _override_refresh = resilience::AbortOnDrop(overrides.spawn_refresher());
     if let Some(view) = &hot_keys {
         engine = engine.with_top_keys(Arc::clone(&view.top));
         let (view, k) = (view.clone(), settings.hot_keys.top_k);
@@ -269,7 +280,13 @@ pub async fn run(
             },
             hot_keys,
             memory_keys,
-        ),
+        )
+        .merge(crate::service::http::overrides::router(
+            overrides,
+            Arc::clone(&engine),
+            (!settings.overrides.admin_token_file.is_empty())
+                .then(|| std::path::PathBuf::from(&settings.overrides.admin_token_file)),
+        )),
         http_limits,
         "debug port",
         crate::metrics::DEBUG_CONNECTION_REFUSED,

@@ -16,6 +16,7 @@ pub mod dump;
 pub mod error;
 pub mod failure;
 pub mod glob;
+pub mod limit_block;
 pub mod live;
 pub mod loader;
 pub mod metadata;

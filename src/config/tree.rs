@@ -216,7 +216,11 @@ impl RateLimitRule {
 impl RateLimitRule {
     /// The rule a per-request override stands for: no name, no modes, no
     /// metadata.
-    fn from_override(requests_per_unit: u32, unit: Unit, load_key: String) -> RateLimitRule {
+    pub(crate) fn from_override(
+        requests_per_unit: u32,
+        unit: Unit,
+        load_key: String,
+    ) -> RateLimitRule {
         RateLimitRule {
             requests_per_unit,
             unit,
@@ -253,6 +257,9 @@ pub struct MatchedLimit {
     pub share_threshold_key_pattern: Option<Vec<String>>,
     /// Built from a per-request override rather than matched.
     pub from_override: bool,
+    /// The version of the per-tenant override ([`crate::overrides`]) that
+    /// replaced the rule's limit, if one did.
+    pub tenant_override: Option<u64>,
 }
 
 /// The outcome of [`DescriptorTree::find`].
@@ -419,6 +426,7 @@ impl DescriptorTree {
             stats_per_value,
             share_threshold_key_pattern,
             from_override: false,
+            tenant_override: None,
         }))
     }
 
@@ -515,6 +523,7 @@ fn override_limit(
         stats_per_value: true,
         share_threshold_key_pattern: None,
         from_override: true,
+        tenant_override: None,
     })
 }
 

@@ -192,6 +192,22 @@ fn load_descriptors(
     Ok(())
 }
 
+/// One limit block's unit and `replaces` checks (see [`super::limit_block`]).
+pub(crate) fn check_block(
+    file: &str,
+    rl: &super::model::RawRateLimit,
+) -> Result<crate::limiter::Unit, ConfigError> {
+    limit::check_rate_limit(file, rl)
+}
+
+/// A descriptor's opt-in limits (see [`super::limit_block`]).
+pub(crate) fn extension_limits_of(
+    file: &str,
+    d: &RawDescriptor,
+) -> Result<(bool, Vec<crate::config::tree::ConfiguredLimit>), ConfigError> {
+    limit::extension_limits(file, d).map(|(first, limits)| (first.is_some(), limits))
+}
+
 mod limit;
 
 #[cfg(test)]

@@ -59,6 +59,9 @@ pub struct RuleFound {
     /// The request carried its own limit (Envoy's `limit` override), which
     /// replaced the configured one.
     pub from_request: bool,
+    /// The version of the per-tenant override that replaced the rule's
+    /// limit, if one did.
+    pub override_version: Option<u64>,
     /// `shadow_mode`: reported, never refused.
     pub shadow_mode: bool,
 }
@@ -138,6 +141,7 @@ impl Engine {
                         label: limit.rule.label().to_string(),
                         path: limit.rule.load_key.clone(),
                         from_request: limit.from_override,
+                        override_version: limit.tenant_override,
                         shadow_mode: limit.rule.shadow_mode,
                     });
                     plan.add(

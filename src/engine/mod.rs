@@ -181,6 +181,8 @@ pub struct Engine {
     top_keys: Option<Arc<TopKeys>>,
     /// The decision audit (`DECISION_AUDIT_SAMPLE` > 0).
     audit: Option<Arc<crate::audit::Audit>>,
+    /// The per-tenant overrides in force (empty unless some were written).
+    overrides: Arc<crate::overrides::OverrideTable>,
 }
 
 /// A request's descriptors matched to their rules.
@@ -220,7 +222,14 @@ impl Engine {
             stats,
             top_keys: None,
             audit: None,
+            overrides: crate::overrides::OverrideTable::new(),
         }
+    }
+
+    /// The engine applying the per-tenant overrides in `table`.
+    pub fn with_overrides(mut self, table: Arc<crate::overrides::OverrideTable>) -> Engine {
+        self.overrides = table;
+        self
     }
 
     /// The engine naming each item's node by `placement` (the store's; an
@@ -385,7 +394,19 @@ impl Engine {
                     reason: e.to_string(),
                 })?;
             limits.push(match found {
-                Lookup::Limit(m) => Some(m),
+                Lookup::Limit(mut m) => {
+                    // A request-carried limit comes first; then an override
+                    // of this exact descriptor replaces the rule's limit.
+                    if !m.from_override {
+                        if let Some(o) = self.overrides.find(&request.domain, &d.entries) {
+                            if let Some(rule) = o.applied_to(&m.rule) {
+                                m.rule = rule;
+                                m.tenant_override = Some(o.version);
+                            }
+                        }
+                    }
+                    Some(m)
+                }
                 Lookup::NoLimit => None,
                 Lookup::DomainNotFound => {
                     unknown_domain += 1;

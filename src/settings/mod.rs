@@ -42,7 +42,7 @@ pub use limiting::{
 pub use parse::ParseError;
 pub use server::{
     GrpcTlsSettings, GrpcWorkers, ListenerSettings, LogFormat, LogLevel, LogSettings,
-    RequestSettings, ShutdownSettings, TracingProtocol, TracingSettings,
+    OverrideSettings, RequestSettings, ShutdownSettings, TracingProtocol, TracingSettings,
 };
 pub use source::{Env, MapSource, NotUnicode, Source};
 pub use stats::StatsSettings;
@@ -95,6 +95,8 @@ pub struct Settings {
     pub quota: QuotaSettings,
     /// `MEMORY_MAX_KEYS` (ours): the most keys the memory store holds.
     pub memory_max_keys: usize,
+    /// The per-tenant overrides (`ADMIN_TOKEN_FILE`, `OVERRIDES_MAX`, ours).
+    pub overrides: OverrideSettings,
 }
 
 /// One variable whose value does not parse.
@@ -202,6 +204,7 @@ impl Settings {
             quota: QuotaSettings::read(&mut r),
             audit: AuditSettings::read(&mut r),
             request: RequestSettings::read(&mut r),
+            overrides: OverrideSettings::read(&mut r),
         };
         (settings, r.into_invalid())
     }

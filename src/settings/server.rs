@@ -202,6 +202,25 @@ pub struct ShutdownSettings {
     pub timeout: Duration,
 }
 
+/// The per-tenant overrides' API (ours): `ADMIN_TOKEN_FILE`,
+/// `OVERRIDES_MAX`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OverrideSettings {
+    /// `ADMIN_TOKEN_FILE`; empty: writes are refused.
+    pub admin_token_file: String,
+    /// `OVERRIDES_MAX` (at least 1).
+    pub max_entries: usize,
+}
+
+impl OverrideSettings {
+    pub(super) fn read(r: &mut Reader<'_>) -> OverrideSettings {
+        OverrideSettings {
+            admin_token_file: r.string(ENV_ADMIN_TOKEN_FILE),
+            max_entries: r.get(ENV_OVERRIDES_MAX, parse_positive_size),
+        }
+    }
+}
+
 /// How large one request may be (ours).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RequestSettings {

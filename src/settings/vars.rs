@@ -481,6 +481,14 @@ vars! {
     /// `SETTINGS_MAX_CONCURRENT_STREAMS`; a proxy opens another connection
     /// beyond it). Ours; default `1024`.
     ENV_GRPC_MAX_CONCURRENT_STREAMS = "GRPC_MAX_CONCURRENT_STREAMS", Int, "1024", Active;
+    /// A file of bearer tokens, one per line (optionally after a name and a
+    /// space), that writes of the per-tenant overrides on the debug port
+    /// must present; read at each write. Ours; default empty: writes are
+    /// refused (403), reads are open as the debug port is.
+    ENV_ADMIN_TOKEN_FILE = "ADMIN_TOKEN_FILE", String, "", Active;
+    /// The most per-tenant overrides the store's book holds; a new one past
+    /// it is refused (409). Ours; default `10000`.
+    ENV_OVERRIDES_MAX = "OVERRIDES_MAX", Int, "10000", Active;
 }
 
 #[cfg(test)]

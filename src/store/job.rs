@@ -2,8 +2,9 @@
 //! node, answered entry by entry in one [`Done`].
 //!
 //! Every kind of work the service sends a store is a kind of job: a
-//! request's limits ([`Work`], answered by a [`Reply`]) and the RLQS demand
-//! boards' steps ([`BoardWork`], answered by a [`BoardReply`]). What the
+//! request's limits ([`Work`], answered by a [`Reply`]), the RLQS demand
+//! boards' steps ([`BoardWork`], answered by a [`BoardReply`]) and the
+//! per-tenant overrides' book ([`BookWork`], answered by a [`BookReply`]). What the
 //! layers between the engine and a store need of a job is the same for
 //! every kind, and is the [`Entries`] trait: how many entries, each
 //! entry's node, the same job over some positions only, and the failed or
@@ -16,6 +17,7 @@
 //! layer; never a second operation on [`super::Store`].
 
 use super::board::{BoardReply, BoardWork};
+use super::overrides::{BookReply, BookWork};
 use super::{NodeId, Reply, StoreError, StoreErrorKind, Work};
 
 /// One call's work on a store, borrowed from whoever built it.
@@ -25,6 +27,8 @@ pub enum Job<'a> {
     Limits(&'a Work),
     /// Steps on the RLQS demand boards.
     Boards(&'a BoardWork),
+    /// Steps on the per-tenant overrides' book.
+    Overrides(&'a BookWork),
 }
 
 /// A job's answer: one result per entry, in the job's order.
@@ -34,6 +38,8 @@ pub enum Done {
     Limits(Reply),
     /// The answer to [`Job::Boards`].
     Boards(BoardReply),
+    /// The answer to [`Job::Overrides`].
+    Overrides(BookReply),
 }
 
 /// A job a layer built from another (some of its positions): owned, and
@@ -44,6 +50,8 @@ pub enum OwnedJob {
     Limits(Work),
     /// See [`Job::Boards`].
     Boards(BoardWork),
+    /// See [`Job::Overrides`].
+    Overrides(BookWork),
 }
 
 impl OwnedJob {
@@ -52,6 +60,7 @@ impl OwnedJob {
         match self {
             OwnedJob::Limits(w) => Job::Limits(w),
             OwnedJob::Boards(w) => Job::Boards(w),
+            OwnedJob::Overrides(w) => Job::Overrides(w),
         }
     }
 }
@@ -199,6 +208,47 @@ impl Entries for BoardWork {
     }
 }
 
+impl Entries for BookWork {
+    type Answer = super::overrides::BookAnswer;
+    type Reply = BookReply;
+
+    fn len(&self) -> usize {
+        self.steps.len()
+    }
+
+    fn node(&self, position: usize) -> Option<&NodeId> {
+        self.steps.get(position)?;
+        self.node.as_ref()
+    }
+
+    fn select(&self, positions: &[usize]) -> BookWork {
+        BookWork {
+            keys: self.keys.clone(),
+            node: self.node.clone(),
+            steps: positions
+                .iter()
+                .filter_map(|&i| self.steps.get(i).cloned())
+                .collect(),
+        }
+    }
+
+    fn results(reply: &BookReply) -> &[Result<super::overrides::BookAnswer, StoreError>] {
+        reply
+    }
+
+    fn failed(&self, error: &StoreError) -> BookReply {
+        vec![Err(error.clone()); self.steps.len()]
+    }
+
+    fn none_sent() -> BookReply {
+        Vec::new()
+    }
+
+    fn merged(refused: Vec<Option<StoreError>>, sent: BookReply) -> BookReply {
+        merge(refused, sent)
+    }
+}
+
 impl Job<'_> {
     /// Each entry's node, in order.
     pub fn nodes(&self) -> Vec<Option<NodeId>> {
@@ -208,6 +258,7 @@ impl Job<'_> {
         match self {
             Job::Limits(w) => of(*w),
             Job::Boards(w) => of(*w),
+            Job::Overrides(w) => of(*w),
         }
     }
 
@@ -216,6 +267,7 @@ impl Job<'_> {
         match self {
             Job::Limits(w) => OwnedJob::Limits(Entries::select(*w, positions)),
             Job::Boards(w) => OwnedJob::Boards(Entries::select(*w, positions)),
+            Job::Overrides(w) => OwnedJob::Overrides(Entries::select(*w, positions)),
         }
     }
 
@@ -224,6 +276,7 @@ impl Job<'_> {
         match self {
             Job::Limits(w) => Done::Limits(Entries::failed(*w, error)),
             Job::Boards(w) => Done::Boards(Entries::failed(*w, error)),
+            Job::Overrides(w) => Done::Overrides(Entries::failed(*w, error)),
         }
     }
 
@@ -232,6 +285,7 @@ impl Job<'_> {
         match self {
             Job::Limits(_) => Done::Limits(Work::none_sent()),
             Job::Boards(_) => Done::Boards(BoardWork::none_sent()),
+            Job::Overrides(_) => Done::Overrides(BookWork::none_sent()),
         }
     }
 }
@@ -245,6 +299,7 @@ impl Done {
         match self {
             Done::Limits(r) => of::<Work>(r, position),
             Done::Boards(r) => of::<BoardWork>(r, position),
+            Done::Overrides(r) => of::<BookWork>(r, position),
         }
     }
 
@@ -253,6 +308,7 @@ impl Done {
         match self {
             Done::Limits(r) => r.answers.len(),
             Done::Boards(r) => r.len(),
+            Done::Overrides(r) => r.len(),
         }
     }
 
@@ -267,6 +323,7 @@ impl Done {
         match self {
             Done::Limits(r) => Done::Limits(Work::merged(refused, r)),
             Done::Boards(r) => Done::Boards(BoardWork::merged(refused, r)),
+            Done::Overrides(r) => Done::Overrides(BookWork::merged(refused, r)),
         }
     }
 
@@ -275,7 +332,7 @@ impl Done {
     pub fn into_reply(self, work: &Work) -> Reply {
         match self {
             Done::Limits(r) => r,
-            Done::Boards(_) => work.failed(&mismatch()),
+            _ => work.failed(&mismatch()),
         }
     }
 
@@ -283,7 +340,15 @@ impl Done {
     pub fn into_board_reply(self, work: &BoardWork) -> BoardReply {
         match self {
             Done::Boards(r) => r,
-            Done::Limits(_) => Entries::failed(work, &mismatch()),
+            _ => Entries::failed(work, &mismatch()),
+        }
+    }
+
+    /// The answer to `work`, likewise.
+    pub fn into_book_reply(self, work: &BookWork) -> BookReply {
+        match self {
+            Done::Overrides(r) => r,
+            _ => Entries::failed(work, &mismatch()),
         }
     }
 }

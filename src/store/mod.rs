@@ -22,6 +22,8 @@
 //! - [`board`]: the demand boards RLQS splits each limit on
 //!   ([`Job::Boards`]: this instance's own in memory and memcache, a
 //!   fleet's on Redis);
+//! - [`overrides`]: the per-tenant overrides' book ([`Job::Overrides`]:
+//!   this instance's own in memory and memcache, a fleet's on Redis);
 //! - [`job`]: what every kind of job is to the layers.
 
 pub mod board;
@@ -29,6 +31,7 @@ pub mod job;
 pub mod key;
 pub mod memcache;
 pub mod memory;
+pub mod overrides;
 pub mod redis;
 pub mod testing;
 
@@ -451,6 +454,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// one call per node. No failure policy answers a step: RLQS keeps a
     /// bucket's assignment when its board cannot answer.
     ///
+    /// For [`Job::Overrides`]: each step is atomic on the book
+    /// ([`overrides`]). No failure policy answers a step: a reader keeps
+    /// the book it last read, and a write fails for its caller to retry.
+    ///
     /// `deadline` is when the caller stops waiting: a store that talks to a
     /// server gives up on each node at that instant and fails that node's
     /// entries with [`StoreErrorKind::Timeout`] (set by
@@ -485,6 +492,18 @@ pub trait StoreExt: Store {
             self.call(Job::Boards(work), deadline)
                 .await
                 .into_board_reply(work)
+        }
+    }
+    /// Runs steps on the per-tenant overrides' book ([`Job::Overrides`]).
+    fn book<'a>(
+        &'a self,
+        work: &'a overrides::BookWork,
+        deadline: Option<tokio::time::Instant>,
+    ) -> impl std::future::Future<Output = overrides::BookReply> + Send + 'a {
+        async move {
+            self.call(Job::Overrides(work), deadline)
+                .await
+                .into_book_reply(work)
         }
     }
 }

@@ -35,6 +35,8 @@
 //! - `-oltp-protocol` accepts `http`, `grpc` or empty and has no effect (no
 //!   tracing export); any other value fails as the original's does
 //!   (`Invalid otlptrace client protocol: X`, exit status 2).
+//! - `ratelimit_client overrides put|get|delete|log …` (ours) reads and
+//!   writes the per-tenant overrides on the debug port (see `overrides`).
 //! - `-dial_string` is `host:port`, `[v6]:port`, optionally prefixed with
 //!   `dns:///` or `passthrough:///`, or `unix:PATH` / `unix:///PATH`.
 
@@ -53,6 +55,7 @@ use tonic::transport::{Endpoint, Uri};
 
 mod dial;
 mod go_text;
+mod overrides;
 
 use dial::{open, parse_target, tls_connector, Target};
 use go_text::{go_quote, grpc_error_text, response_text};
@@ -183,6 +186,11 @@ fn main() -> ExitCode {
         .skip(1)
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
+    // Ours: the per-tenant overrides' API (the original has no such
+    // subcommand, and no flag of its is a bare word).
+    if args.first().map(String::as_str) == Some("overrides") {
+        return overrides::run(&args[1..]);
+    }
     let parsed = match set.parse(args) {
         Ok(p) => p,
         Err(FlagError::Help) => {

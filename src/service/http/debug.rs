@@ -1,7 +1,8 @@
 //! The debug port (`DEBUG_HOST`:`DEBUG_PORT`): the original's `/rlconfig`
-//! and `/stats`, our `/hotkeys`, `/keys`, `/audit`, and the dry run and
-//! usage read-back ([`super::evaluate`]); `/` and any unknown path list the
-//! endpoints. [`HotKeysView`] is what `/hotkeys` and the
+//! and `/stats`, our `/hotkeys`, `/keys`, `/audit`, the dry run and
+//! usage read-back ([`super::evaluate`]), and the per-tenant overrides
+//! ([`super::overrides`], merged in by the app); `/` and any unknown path
+//! list the endpoints. [`HotKeysView`] is what `/hotkeys` and the
 //! `ratelimit.hot_keys` gauges show: the top keys with the leases held.
 
 use std::sync::Arc;
@@ -46,6 +47,14 @@ const ENDPOINTS: &[(&str, &str)] = &[
     (
         "/usage",
         "GET ?domain=D&descriptor=k=v,k2=v2: each applying limit's usage and what remains (JSON)",
+    ),
+    (
+        "/overrides",
+        "GET ?domain=D: the per-tenant overrides in force; PUT or DELETE one (JSON, bearer token)",
+    ),
+    (
+        "/overrides/log",
+        "GET ?domain=D: the overrides' changes, newest last (JSON)",
     ),
 ];
 
@@ -184,7 +193,7 @@ fn json(body: serde_json::Value) -> Response {
     json_status(StatusCode::OK, body)
 }
 
-fn json_status(status: StatusCode, body: serde_json::Value) -> Response {
+pub(super) fn json_status(status: StatusCode, body: serde_json::Value) -> Response {
     let mut r = (status, body.to_string()).into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -69,7 +69,7 @@ fn usage_request(query: &str) -> Result<RateLimitRequest, String> {
 }
 
 /// A query component, `+` and `%XX` decoded.
-fn decode(s: &str) -> Result<String, String> {
+pub(super) fn decode(s: &str) -> Result<String, String> {
     percent_encoding::percent_decode_str(&s.replace('+', " "))
         .decode_utf8()
         .map(|s| s.into_owned())
@@ -110,6 +110,7 @@ fn render(request: &RateLimitRequest, found: &[Evaluated]) -> Value {
                     "name": r.label,
                     "path": r.path,
                     "limit_from_request": r.from_request,
+                    "override_version": r.override_version,
                     "shadow_mode": r.shadow_mode,
                 })
             });

@@ -1,9 +1,11 @@
 //! The main HTTP port (`HOST`:`PORT`): `/healthcheck` and
 //! `/json`, any method; anything else 404 `404 page not found`.
 
+pub mod admin_tokens;
 pub mod debug;
 pub mod evaluate;
 pub mod json;
+pub mod overrides;
 pub mod server;
 
 use std::sync::Arc;

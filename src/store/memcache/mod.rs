@@ -72,6 +72,8 @@ pub struct MemcacheStore {
     /// RLQS's demand boards: memcached has no atomic step to share them,
     /// so each instance splits alone.
     boards: Arc<crate::store::board::MemoryBoards>,
+    /// The overrides' book, likewise this instance's own.
+    book: Arc<crate::store::overrides::MemoryBook>,
 }
 
 impl MemcacheStore {
@@ -107,6 +109,7 @@ impl MemcacheStore {
             boards: Arc::new(crate::store::board::MemoryBoards::new(Arc::new(
                 crate::limiter::SystemClock,
             ))),
+            book: crate::store::overrides::MemoryBook::new(),
         })
     }
 
@@ -364,11 +367,13 @@ fn count_of(key: &str, value: &[u8]) -> u64 {
 
 #[async_trait]
 impl Store for MemcacheStore {
-    /// The limits in memcached; the boards this instance's own.
+    /// The limits in memcached; the boards and the overrides' book this
+    /// instance's own.
     async fn call(&self, job: Job<'_>, deadline: Option<Instant>) -> Done {
         let work = match job {
             Job::Limits(work) => work,
             Job::Boards(work) => return Done::Boards(self.boards.share(work)),
+            Job::Overrides(work) => return Done::Overrides(self.book.run(work)),
         };
         if crate::platform::telemetry::enabled() {
             use tracing::Instrument;

@@ -73,6 +73,8 @@ pub struct MemoryStore {
     evicting_logged: Mutex<std::collections::HashSet<Owner>>,
     /// RLQS's demand boards: this instance's own.
     boards: crate::store::board::MemoryBoards,
+    /// The overrides' book: this instance's own.
+    book: crate::store::overrides::MemoryBook,
 }
 
 impl MemoryStore {
@@ -89,6 +91,7 @@ impl MemoryStore {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             secret: (rand::random(), rand::random()),
             boards: crate::store::board::MemoryBoards::new(Arc::clone(&clock)),
+            book: crate::store::overrides::MemoryBook::default(),
             clock,
             per_shard: max_keys.div_ceil(SHARDS).max(1),
             full_logged: std::sync::atomic::AtomicBool::new(false),
@@ -253,7 +256,7 @@ impl Drop for SweeperGuard {
 #[async_trait]
 impl Store for MemoryStore {
     /// Nothing here can fail but a full store (`MEMORY_MAX_KEYS`); the
-    /// boards are this instance's own.
+    /// boards and the overrides' book are this instance's own.
     async fn call(&self, job: Job<'_>, _deadline: Option<tokio::time::Instant>) -> Done {
         match job {
             Job::Limits(work) => Done::Limits(match self.apply(work) {
@@ -261,6 +264,7 @@ impl Store for MemoryStore {
                 Err(e) => Reply::failed(work.len(), &e),
             }),
             Job::Boards(work) => Done::Boards(self.boards.share(work)),
+            Job::Overrides(work) => Done::Overrides(self.book.run(work)),
         }
     }
 }

@@ -78,7 +78,11 @@ async fn per_node_script(pool: &Pool) -> Option<Script> {
 /// saw the load. `per_node`: the cluster took the per-node limits script
 /// (already loaded), so the boards' per-node one is loaded too.
 async fn preload_scripts(pool: &Pool, per_node: bool) {
-    let mut texts = vec![super::scripts::LIMITS, super::scripts::BOARD];
+    let mut texts = vec![
+        super::scripts::LIMITS,
+        super::scripts::BOARD,
+        super::scripts::OVERRIDES,
+    ];
     if per_node {
         texts.push(super::scripts::BOARD_PER_NODE);
     }

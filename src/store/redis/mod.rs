@@ -35,6 +35,7 @@ pub mod connect;
 mod error;
 mod node;
 pub mod options;
+mod overrides;
 mod placement;
 pub mod scripts;
 pub mod url;
@@ -50,6 +51,7 @@ use tokio::time::Instant;
 use futures::TryFutureExt;
 
 use super::board::{BoardReply, BoardWork};
+use super::overrides::{BookReply, BookWork};
 use super::{Done, Job, Placement, Reply, Store, StoreError, StoreErrorKind, Work};
 
 pub use connect::{connect, StartupRetry};
@@ -241,6 +243,7 @@ impl Store for RedisStore {
         let work = match job {
             Job::Limits(work) => work,
             Job::Boards(work) => return Done::Boards(self.share_boards(work, deadline).await),
+            Job::Overrides(work) => return Done::Overrides(self.book(work, deadline).await),
         };
         if crate::platform::telemetry::enabled() {
             use tracing::Instrument;
@@ -299,6 +302,23 @@ impl RedisStore {
                     }
                 }
             }
+        }
+        self.follow_failures(reply.iter().filter_map(|a| a.as_ref().err()));
+        reply
+    }
+
+    /// Steps on the overrides' book, one call each, in order, each given up
+    /// at the deadline (the book's keys are one slot: one node serves all).
+    async fn book(&self, work: &BookWork, deadline: Option<Instant>) -> BookReply {
+        let backend = self.lanes().main.backend_of(&args::Route::Slot(0));
+        let mut reply = Vec::with_capacity(work.steps.len());
+        for step in &work.steps {
+            let answer = node::until(
+                deadline,
+                overrides::call(&backend, work, step).map_err(error::moved_key),
+            )
+            .await;
+            reply.push(answer);
         }
         self.follow_failures(reply.iter().filter_map(|a| a.as_ref().err()));
         reply

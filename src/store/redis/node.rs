@@ -347,6 +347,11 @@ impl Backend {
         V: TryInto<fred::types::MultipleValues> + Send,
         V::Error: Into<fred::error::Error> + Send,
     {
+        self.call_script(script, keys, argv).await
+    }
+
+    /// The next connection, once the pool's first connect is done.
+    async fn ready_client(&self) -> Result<&fred::clients::Client, StoreError> {
         let client = self.pool.next();
         if self.connecting.load(Ordering::Relaxed) {
             client
@@ -355,6 +360,34 @@ impl Backend {
                 .map_err(|e| store_error(&e))?;
             self.connecting.store(false, Ordering::Relaxed);
         }
+        Ok(client)
+    }
+
+    /// `GET key`, failing at once while the connection is down, as the
+    /// script calls do.
+    pub(super) async fn get(&self, key: &str) -> Result<Option<String>, StoreError> {
+        use fred::interfaces::KeysInterface;
+        let client = self.ready_client().await?;
+        client
+            .with_options(&fail_fast())
+            .get(key)
+            .await
+            .map_err(|e| store_error(&e))
+    }
+
+    /// [`Backend::call_raw`] for a script whose reply is any `R`.
+    pub(super) async fn call_script<R, V>(
+        &self,
+        script: &Script,
+        keys: Vec<String>,
+        argv: V,
+    ) -> Result<R, StoreError>
+    where
+        R: fred::types::FromValue,
+        V: TryInto<fred::types::MultipleValues> + Send,
+        V::Error: Into<fred::error::Error> + Send,
+    {
+        let client = self.ready_client().await?;
         // Converted once: the NOSCRIPT retry below clones these, and a
         // converted key or value clones by reference count, not by copy.
         let keys: fred::types::MultipleKeys = keys.into();
@@ -365,7 +398,7 @@ impl Backend {
             .with_options(&options)
             .evalsha(script.sha1().clone(), keys.clone(), argv.clone())
             .await;
-        let values: Vec<i64> = match sent {
+        let values: R = match sent {
             Err(e) if e.details().starts_with("NOSCRIPT") => {
                 script.load(client).await.map_err(|e| store_error(&e))?;
                 client

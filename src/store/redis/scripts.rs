@@ -32,3 +32,7 @@ pub const BOARD: &str = concat!(include_str!("single_keys.lua"), include_str!("b
 
 /// The boards' script for one call per Cluster primary.
 pub const BOARD_PER_NODE: &str = concat!(include_str!("node_keys.lua"), include_str!("board.lua"));
+
+/// The per-tenant overrides' book: one step per call, its three keys on one
+/// hash tag (see `crate::store::overrides`).
+pub const OVERRIDES: &str = include_str!("overrides.lua");
