@@ -69,6 +69,11 @@ impl LocalCache {
         self.cache.remove(key);
     }
 
+    /// Forgets every key (the limits they were over may have changed).
+    pub fn clear(&self) {
+        self.cache.clear();
+    }
+
     /// Entries currently held.
     pub fn len(&self) -> usize {
         self.cache.len()

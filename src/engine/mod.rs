@@ -183,6 +183,10 @@ pub struct Engine {
     audit: Option<Arc<crate::audit::Audit>>,
     /// The per-tenant overrides in force (empty unless some were written).
     overrides: Arc<crate::overrides::OverrideTable>,
+    /// The overrides' version the over-limit cache was filled under: a
+    /// change of any override empties the cache, so that a raised limit
+    /// is not refused from it until its window ends.
+    cached_under: std::sync::atomic::AtomicU64,
 }
 
 /// A request's descriptors matched to their rules.
@@ -223,6 +227,7 @@ impl Engine {
             top_keys: None,
             audit: None,
             overrides: crate::overrides::OverrideTable::new(),
+            cached_under: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -380,6 +385,13 @@ impl Engine {
         config: &crate::config::Config,
         request: &RateLimitRequest,
     ) -> Result<Matched, ServiceError> {
+        if let Some(cache) = &self.local_cache {
+            use std::sync::atomic::Ordering;
+            let version = self.overrides.version();
+            if self.cached_under.swap(version, Ordering::Relaxed) != version {
+                cache.clear();
+            }
+        }
         let mut limits = Vec::with_capacity(request.descriptors.len());
         let mut unknown_domain = 0;
         for (index, d) in request.descriptors.iter().enumerate() {

@@ -669,3 +669,5 @@ async fn request_headers_show_a_shadow_rule_over_its_limit_to_the_upstream() {
         r.response_headers_to_add
     );
 }
+
+mod overrides;
