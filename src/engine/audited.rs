@@ -87,7 +87,7 @@ pub(super) fn add_references(
         for (n, subject) in d.items.clone().enumerate() {
             let item = &work.items[subject];
             let counter = matches!(item.limit, Limit::Counter(_));
-            let eligible = match (counter || item.give_back, item.binding) {
+            let eligible = match (counter || item.gives_back(), item.binding) {
                 (true, _) => !(options.shadow_mode || rule.shadow_mode),
                 (false, binding) => binding,
             };
@@ -120,9 +120,9 @@ pub(super) fn add_references(
                 row,
                 cost: d.hits,
                 window: !matches!(contract, Limiter::TokenBucket(_)),
-                give_back: item.give_back,
+                give_back: item.gives_back(),
             });
-            let give_back = item.give_back;
+            let give_back = item.gives_back();
             let node = options.placement.node_of(&key, false);
             let limit = Limit::Reference {
                 contract,

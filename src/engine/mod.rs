@@ -533,7 +533,7 @@ impl Engine {
             .take(subjects)
             .enumerate()
             .map(|(i, (answer, item))| match answer {
-                Err(_) if item.give_back => {
+                Err(_) if item.gives_back() => {
                     lost[i] = true;
                     Ok(Answer::ByPolicy(crate::store::PolicyAnswer {
                         decision: crate::limiter::Decision::Allow {

@@ -280,7 +280,7 @@ impl Plan {
         };
         for item in &mut self.work.items[first..] {
             if give_back {
-                item.give_back = true;
+                item.hits = crate::store::Hits::GiveBack(item.hits.count());
                 item.binding = false;
             }
         }
@@ -317,8 +317,8 @@ impl Plan {
             .any(|d| cached(d) && options.counter_binds(d.index, d.limit.rule.shadow_mode));
         if options.stop_when_over && any_cached {
             for item in &mut self.work.items {
-                if let (Limit::Counter(_), false) = (&item.limit, item.give_back) {
-                    item.cost = 0;
+                if let (Limit::Counter(_), false) = (&item.limit, item.gives_back()) {
+                    item.hits = crate::store::Hits::Take(0);
                 }
             }
         }

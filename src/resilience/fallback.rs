@@ -81,8 +81,8 @@ fn floor_of(item: &Item, fallback: u64) -> Option<Item> {
     };
     Some(Item {
         binding: false,
-        give_back: item.give_back,
-        ..Item::new(item.key.clone(), limit, item.cost)
+        hits: item.hits,
+        ..Item::new(item.key.clone(), limit, item.cost())
     })
 }
 
@@ -150,7 +150,7 @@ impl<S: Store> Fallback<S> {
             let Err(e) = answer else { continue };
             match work.items[i].rule.on_failure {
                 OnFailure::Error => {}
-                OnFailure::Closed if work.items[i].give_back => {}
+                OnFailure::Closed if work.items[i].gives_back() => {}
                 OnFailure::Closed => {
                     ::metrics::counter!(metrics::STORE_FAIL_CLOSED_DENIAL).increment(1);
                     *answer = Ok(closed(e));

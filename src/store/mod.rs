@@ -7,8 +7,8 @@
 //! per entry, in one trip ([`StoreExt`] has a typed shorthand for each).
 //! An item is a
 //! key, a [`Limit`] (the original's counter, the original's window decided
-//! all or nothing, an opt-in algorithm, or an audit reference), a cost,
-//! whether it binds, the node that serves it, and what its rule asks of the
+//! all or nothing, an opt-in algorithm, or an audit reference), its
+//! [`Hits`] (a cost taken, or given back by a refund), whether it binds, the node that serves it, and what its rule asks of the
 //! layers ([`RuleOptions`]: its failure policy, whether it may be leased). One failed node fails only the items it serves.
 //! The decision itself is pure arithmetic in [`crate::limiter`]; a store's
 //! job is to make the read-modify-write atomic. Resilience (deadline,
@@ -110,16 +110,9 @@ pub struct Item {
     pub key: String,
     /// What decides.
     pub limit: Limit,
-    /// The request's cost (`hits_addend`); 0 reads without taking.
-    pub cost: u64,
-    /// The item gives `cost` back instead of taking it (a descriptor with
-    /// `is_negative_hits`): see [`Limiter::give_back`] for what comes back
-    /// per algorithm; the original's counters go down, never below 0. It
-    /// is applied at the store's time before the work's other items are
-    /// decided, whatever the policy and they decide, never binds, and
-    /// answers what a read of its key decides after (never a refusal of
-    /// its own doing: its answer is the engine's to report as admitted).
-    pub give_back: bool,
+    /// What it does to its key: takes the request's cost (`hits_addend`;
+    /// 0 reads without taking) or gives it back.
+    pub hits: Hits,
     /// Whether a refusal of this item stops the work's other items from
     /// being taken (false for shadow-mode limits and quotas, which only
     /// report, and for references).
@@ -130,6 +123,35 @@ pub struct Item {
     pub node: Option<NodeId>,
     /// What the item's rule asks of the layers and stores.
     pub rule: RuleOptions,
+}
+
+/// What an [`Item`] does to its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hits {
+    /// Takes this many (0 reads without taking).
+    Take(u64),
+    /// Gives this many back (a descriptor with `is_negative_hits`): see
+    /// [`Limiter::give_back`] for what comes back per algorithm; the
+    /// original's counters go down, never below 0. It is applied at the
+    /// store's time before the work's other items are decided, whatever
+    /// the policy and they decide, never binds, and answers what a read of
+    /// its key decides after (never a refusal of its own doing: its answer
+    /// is the engine's to report as admitted).
+    GiveBack(u64),
+}
+
+impl Hits {
+    /// How many, taken or given back.
+    pub fn count(self) -> u64 {
+        match self {
+            Hits::Take(n) | Hits::GiveBack(n) => n,
+        }
+    }
+
+    /// Whether they are given back.
+    pub fn gives_back(self) -> bool {
+        matches!(self, Hits::GiveBack(_))
+    }
 }
 
 /// What the rule an [`Item`] belongs to asks of the layers and stores
@@ -167,19 +189,18 @@ impl Item {
         Item {
             key: key.into(),
             limit,
-            cost,
-            give_back: false,
+            hits: Hits::Take(cost),
             binding: true,
             node: None,
             rule: RuleOptions::default(),
         }
     }
 
-    /// The same item giving its cost back (see [`Item::give_back`]); it
+    /// The same item giving its cost back (see [`Hits::GiveBack`]); it
     /// never binds.
     pub fn giving_back(self) -> Item {
         Item {
-            give_back: true,
+            hits: Hits::GiveBack(self.hits.count()),
             binding: false,
             ..self
         }
@@ -188,11 +209,20 @@ impl Item {
     /// What the item takes when it is decided: its cost, or nothing when it
     /// gives back.
     pub fn taken(&self) -> u64 {
-        if self.give_back {
-            0
-        } else {
-            self.cost
+        match self.hits {
+            Hits::Take(n) => n,
+            Hits::GiveBack(_) => 0,
         }
+    }
+
+    /// How many hits it takes or gives back.
+    pub fn cost(&self) -> u64 {
+        self.hits.count()
+    }
+
+    /// Whether it gives its hits back.
+    pub fn gives_back(&self) -> bool {
+        self.hits.gives_back()
     }
 }
 

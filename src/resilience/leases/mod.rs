@@ -162,11 +162,11 @@ impl<S: Store + 'static> Leases<S> {
                 steps.push(step);
                 continue;
             }
-            if c.give_back && c.rule.lease {
+            if c.gives_back() && c.rule.lease {
                 steps.push(self.give_back_locally(c, now).unwrap_or(Step::Store));
                 continue;
             }
-            let leasable = c.rule.lease && c.binding && c.cost > 0;
+            let leasable = c.rule.lease && c.binding && c.cost() > 0;
             let Limit::Algorithm(limiter) = c.limit else {
                 steps.push(Step::Store);
                 continue;
@@ -191,7 +191,7 @@ impl<S: Store + 'static> Leases<S> {
                 s.refused_until = None;
             }
             if let Some(lease) = s.lease.as_mut() {
-                if let Some(d) = lease.spend(c.cost, now) {
+                if let Some(d) = lease.spend(c.cost(), now) {
                     steps.push(Step::Local(d, lease.taken_at));
                     continue;
                 }
@@ -212,9 +212,9 @@ impl<S: Store + 'static> Leases<S> {
             let short = s.short && limiter.refills();
             let batch = self
                 .options
-                .batch(rate, c.cost, limiter.capacity(), short)
+                .batch(rate, c.cost(), limiter.capacity(), short)
                 .map(|b| b.min(s.room.unwrap_or(u64::MAX)))
-                .filter(|&b| b > c.cost);
+                .filter(|&b| b > c.cost());
             let Some(batch) = batch else {
                 steps.push(Step::Store);
                 continue;
@@ -242,7 +242,7 @@ impl<S: Store + 'static> Leases<S> {
             .get_mut(c.key.as_str())
             .and_then(|s| s.lease.as_mut())
             .filter(|l| l.is_live(now))?;
-        lease.unspend(c.cost);
+        lease.unspend(c.cost());
         let decision = Decision::Allow {
             remaining: lease.store_remaining.saturating_add(lease.tokens),
             reset_after: lease.resets_at.saturating_sub(now),
@@ -264,7 +264,7 @@ impl<S: Store + 'static> Leases<S> {
                 self.unview(c);
                 continue;
             }
-            if let (false, Step::Local(d, _)) = (c.give_back, step) {
+            if let (false, Step::Local(d, _)) = (c.gives_back(), step) {
                 if d.is_allowed() {
                     if let Some(l) = self
                         .table
@@ -272,7 +272,7 @@ impl<S: Store + 'static> Leases<S> {
                         .get_mut(c.key.as_str())
                         .and_then(|s| s.lease.as_mut())
                     {
-                        l.unspend(c.cost);
+                        l.unspend(c.cost());
                     }
                 }
             }
@@ -304,7 +304,7 @@ impl<S: Store + 'static> Leases<S> {
         };
         s.resets_at = now + checked.decision.reset_after();
         if checked.decision.is_allowed() {
-            s.granted.add(now, c.cost);
+            s.granted.add(now, c.cost());
         }
         if take.is_none() && matches!(c.limit, Limit::Algorithm(l) if !l.refills()) {
             s.room = Some(checked.decision.remaining());
@@ -403,7 +403,7 @@ impl<S: Store + 'static> Leases<S> {
                     .map(|&i| {
                         let mut c = items[i].clone();
                         if let Step::Take(batch) = steps[i] {
-                            c.cost = batch;
+                            c.hits = crate::store::Hits::Take(batch);
                         }
                         c
                     })
@@ -445,7 +445,7 @@ impl<S: Store + 'static> Leases<S> {
                     {
                         self.install(c, batch, &checked, now);
                         if let Decision::Allow { remaining, .. } = &mut checked.decision {
-                            *remaining = remaining.saturating_add(batch - c.cost);
+                            *remaining = remaining.saturating_add(batch - c.cost());
                         }
                         Ok(Answer::Decided(checked))
                     }
@@ -492,7 +492,7 @@ impl<S: Store + 'static> Leases<S> {
             &self.options,
             &limiter,
             batch,
-            c.cost,
+            c.cost(),
             &checked.decision,
             checked.at,
             now,
@@ -566,7 +566,7 @@ impl<S: Store + 'static> Store for Leases<S> {
             Job::Limits(work)
                 if work.policy.commits()
                     && work.items.iter().any(|c| {
-                        (c.rule.lease && (c.binding || c.give_back))
+                        (c.rule.lease && (c.binding || c.gives_back()))
                             || (c.rule.sync_interval.is_some()
                                 && c.limit.original_window().is_some())
                     }) =>

@@ -185,7 +185,7 @@ pub(super) async fn write_back<S: Store + ?Sized>(
             if w + 1 == last && count_now && i >= presence_at {
                 counts.extend(count);
             } else {
-                settle(table, &item.key, item.cost, count);
+                settle(table, &item.key, item.cost(), count);
             }
         }
         if count_now && counts.len() == 2 {

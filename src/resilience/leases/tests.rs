@@ -161,7 +161,7 @@ async fn unspent_tokens_go_back_and_refusals_are_remembered() {
         .store
         .run(
             &[Item {
-                cost: 0,
+                hits: crate::store::Hits::Take(0),
                 rule: RuleOptions {
                     lease: false,
                     ..check.rule.clone()

@@ -144,7 +144,7 @@ impl<S: Store + 'static> Leases<S> {
             return None;
         };
         self.fleet.note(interval);
-        if c.give_back || c.cost == 0 {
+        if c.gives_back() || c.cost() == 0 {
             return Some(Step::Store);
         }
         let Some(share) = self
@@ -162,7 +162,7 @@ impl<S: Store + 'static> Leases<S> {
             s.meter.record(now);
         }
         let view = s.view.get_or_insert_with(View::default);
-        let Some(after) = view.admit(c.cost, w.limit, share) else {
+        let Some(after) = view.admit(c.cost(), w.limit, share) else {
             return Some(Step::Store);
         };
         s.window_end = w.window.end();
@@ -184,7 +184,7 @@ impl<S: Store + 'static> Leases<S> {
             .get_mut(c.key.as_str())
             .and_then(|s| s.view.as_mut())
         {
-            v.unadmit(c.cost);
+            v.unadmit(c.cost());
         }
     }
 

@@ -218,16 +218,16 @@ impl MemcacheStore {
         // awaited (as the original).
         let increments: Vec<Change> = answered
             .into_iter()
-            .filter(|&i| items[i].cost > 0)
+            .filter(|&i| items[i].cost() > 0)
             .filter_map(|i| {
                 let inc = &items[i];
                 let w = inc.limit.original_window()?;
                 Some(Change {
                     server: Arc::clone(&servers[MemcacheStore::server_of(&servers, &inc.key)]),
                     key: inc.key.clone(),
-                    hits: inc.cost,
+                    hits: inc.cost(),
                     ttl: w.expiry_seconds(),
-                    give_back: inc.give_back,
+                    give_back: inc.gives_back(),
                 })
             })
             .collect();
@@ -256,9 +256,9 @@ struct Change {
 /// A counter's answer from its value before the increment (which memcache
 /// makes after answering, as the original); a give-back's after it.
 fn counted(item: &Item, before: u64) -> Answer {
-    let after = match item.give_back {
-        true => before.saturating_sub(item.cost),
-        false => before.saturating_add(item.cost),
+    let after = match item.gives_back() {
+        true => before.saturating_sub(item.cost()),
+        false => before.saturating_add(item.cost()),
     };
     let now = crate::limiter::Clock::now(&crate::limiter::SystemClock);
     let decision = match item.limit.original_window() {

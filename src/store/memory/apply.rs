@@ -62,7 +62,7 @@ impl MemoryStore {
 /// to the window it was taken in (a counter's never).
 fn give_back_first(work: &Work, ids: &[u128], locked: &mut Locked<'_>, now: Duration) {
     for (item, &id) in work.items.iter().zip(ids) {
-        let taken_at = match (item.give_back, work.policy, &item.limit) {
+        let taken_at = match (item.gives_back(), work.policy, &item.limit) {
             (true, ..) => None,
             (false, Policy::Refund { taken_at }, l) if l.taken_on_commit() => Some(taken_at),
             _ => continue,
@@ -71,8 +71,8 @@ fn give_back_first(work: &Work, ids: &[u128], locked: &mut Locked<'_>, now: Dura
             Limit::Algorithm(l) | Limit::Reference { contract: l, .. } => {
                 if let Some(state) = locked.state(id, now) {
                     let state = match taken_at {
-                        Some(at) => l.refund(state, item.cost, at, now),
-                        None => l.give_back(state, item.cost, now),
+                        Some(at) => l.refund(state, item.cost(), at, now),
+                        None => l.give_back(state, item.cost(), now),
                     };
                     locked.set_state(id, l, state, now, item.rule.id.as_ref());
                 }
@@ -80,7 +80,7 @@ fn give_back_first(work: &Work, ids: &[u128], locked: &mut Locked<'_>, now: Dura
             // The key names its window: an ended one has expired.
             Limit::Counter(_) | Limit::Window(_) => {
                 if let Some(c) = locked.shard(id).counters.get_mut(&id) {
-                    c.count = c.count.saturating_sub(item.cost);
+                    c.count = c.count.saturating_sub(item.cost());
                 }
             }
         }
@@ -117,8 +117,11 @@ impl<'w, 'l> Deciding<'w, 'l> {
                 .iter()
                 .zip(ids)
                 .map(|(item, &id)| match &item.limit {
-                    Limit::Counter(w) if !item.give_back => {
-                        locked.counter(id, now.as_secs()).saturating_add(item.cost) > w.limit
+                    Limit::Counter(w) if !item.gives_back() => {
+                        locked
+                            .counter(id, now.as_secs())
+                            .saturating_add(item.cost())
+                            > w.limit
                     }
                     _ => false,
                 })
@@ -164,7 +167,7 @@ impl<'w, 'l> Deciding<'w, 'l> {
     /// that would pass their limit, when any would); a give-back reads it.
     fn counter(&mut self, i: usize, item: &Item, id: u128, w: &OriginalWindow) -> Outcome {
         let now_secs = self.now.as_secs();
-        if item.give_back {
+        if item.gives_back() {
             let after = self.locked.counter(id, now_secs);
             return (w.decision(after, now_secs), after, after);
         }
@@ -172,7 +175,7 @@ impl<'w, 'l> Deciding<'w, 'l> {
         let hits = match (counts_taken, self.any_exceeds) {
             (false, _) => 0,
             (true, true) if !self.exceeds.get(i).copied().unwrap_or(false) => 0,
-            _ => item.cost,
+            _ => item.cost(),
         };
         let after = self
             .locked
@@ -196,7 +199,7 @@ impl<'w, 'l> Deciding<'w, 'l> {
         let decision = w.decide(before, item.taken(), now_secs);
         let mut after = before;
         if decision.is_allowed() && item.taken() > 0 {
-            after = before + item.cost;
+            after = before + item.cost();
             let next = LimiterState::FixedWindow(WindowCount {
                 window_start: Duration::from_secs(w.window.start),
                 count: after,
@@ -241,7 +244,7 @@ impl<'w, 'l> Deciding<'w, 'l> {
         let held = contract.in_window(state.as_ref(), self.now);
         let (decision, _) = contract.decide(state.clone(), item.taken(), self.now);
         if item.taken() > 0 {
-            let next = contract.record(state, item.cost, self.now);
+            let next = contract.record(state, item.cost(), self.now);
             let follows_counter = subject
                 .and_then(|s| self.work.items.get(s))
                 .is_some_and(|s| !s.limit.taken_on_commit());

@@ -76,7 +76,7 @@ impl Part<'_> {
             let (kind, limit, period, burst) = fields(&c.limit);
             let flag = match (&c.limit, c.binding) {
                 // A give-back, whatever it is.
-                _ if c.give_back => 2,
+                _ if c.gives_back() => 2,
                 // -(j + 1) for a counter subject, the group's 1-based item
                 // j; -1 for the commit.
                 (Limit::Reference { subject, .. }, _) => {
@@ -127,7 +127,7 @@ impl Part<'_> {
         matches!(mode, "commit" | "decide")
             && positions.iter().all(|&i| {
                 let item = &self.items[i];
-                matches!(item.limit, Limit::Counter(_)) && !item.give_back
+                matches!(item.limit, Limit::Counter(_)) && !item.gives_back()
             })
     }
 
@@ -438,7 +438,7 @@ mod tests {
     fn counters_that_share_cost_and_ttl_send_them_once() {
         let items = [counter(5, true), counter(2, false), counter(3, true)];
         let part = whole(&items);
-        let same = part.group("commit", "", 0, None, |i| items[i].cost);
+        let same = part.group("commit", "", 0, None, |i| items[i].cost());
         let shared = CounterArgs {
             cost: 1,
             ttl: 60,
@@ -461,7 +461,7 @@ mod tests {
             items: &hourly,
             ..part
         };
-        let ttls = part.group("decide", "", 0, None, |i| hourly[i].cost);
+        let ttls = part.group("decide", "", 0, None, |i| hourly[i].cost());
         let GroupArgs::Listed(args) = &ttls.args else {
             panic!("per-counter TTLs are listed: {ttls:?}");
         };

@@ -103,7 +103,7 @@ pub(super) async fn execute(
         true => format!("{:x}", rand::random::<u64>()),
         false => String::new(),
     };
-    let mut costs: Vec<u64> = items.iter().map(|c| c.cost).collect();
+    let mut costs: Vec<u64> = items.iter().map(|c| c.cost()).collect();
     let (mode, taken_at) = match work.policy {
         Policy::Commit => ("commit", 0),
         Policy::CommitStopping if counters_span_parts(&parts) => {
@@ -219,12 +219,12 @@ async fn stop_across_parts(
         p.positions
             .iter()
             .copied()
-            .filter(|&i| matches!(p.items[i].limit, Limit::Counter(_)) && !p.items[i].give_back)
+            .filter(|&i| matches!(p.items[i].limit, Limit::Counter(_)) && !p.items[i].gives_back())
             .collect()
     };
     let reads = parts.iter().map(|part| {
         let only = counters(part);
-        let group = part.group("read", nonce, 0, Some(&only), |i| part.items[i].cost);
+        let group = part.group("read", nonce, 0, Some(&only), |i| part.items[i].cost());
         async move {
             let reply = until(deadline, lanes.run(part.to.clone(), group, deadline)).await;
             (only, reply)
@@ -241,7 +241,8 @@ async fn stop_across_parts(
     }
     if exceeds.iter().any(|&e| e) {
         for (i, cost) in costs.iter_mut().enumerate() {
-            if !exceeds[i] && matches!(items[i].limit, Limit::Counter(_)) && !items[i].give_back {
+            if !exceeds[i] && matches!(items[i].limit, Limit::Counter(_)) && !items[i].gives_back()
+            {
                 *cost = 0;
             }
         }
@@ -281,7 +282,7 @@ async fn refund(
             return None;
         }
         let at = now_us.max(&0).unsigned_abs();
-        let group = part.group("refund", nonce, at, Some(&taken), |i| part.items[i].cost);
+        let group = part.group("refund", nonce, at, Some(&taken), |i| part.items[i].cost());
         Some(until(deadline, lanes.run(part.to.clone(), group, deadline)))
     });
     for result in futures::future::join_all(calls).await {

@@ -84,7 +84,7 @@ fn window(key: &str, limit: u64) -> Item {
 /// The key's counter in the store.
 async fn counter(f: &Instances, key: &str) -> u64 {
     let mut read = Item {
-        cost: 0,
+        hits: crate::store::Hits::Take(0),
         ..window(key, 1_000)
     };
     read.rule.sync_interval = None;
