@@ -228,7 +228,7 @@ pub async fn run(
             idle: settings.quota.idle_timeout,
             sync: settings.quota.sync_interval,
             key_prefix: settings.limiter.cache_key_prefix.clone(),
-            failure_mode: settings.store_failure.failure_mode,
+            failure: engine.options().failure,
             ..QuotaOptions::default()
         },
         instance: instance_name(),

@@ -28,11 +28,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::LiveConfig;
-use crate::config::{FailureMode, FailurePolicy, Lookup, MatchedLimit};
+use crate::config::{Lookup, MatchedLimit};
 use crate::hotkeys::TopKeys;
 use crate::limiter::Clock;
 use crate::metrics::Stats;
-use crate::store::{Answer, InProcess, OnFailure, Placement, Reply, Store, StoreError, StoreExt};
+pub use crate::resilience::policy::FailureDefaults;
+use crate::store::{Answer, InProcess, Placement, Reply, Store, StoreError, StoreExt};
 
 pub use aggregate::Disposition;
 pub use headers::{HeaderFormat, HeaderNames};
@@ -97,38 +98,6 @@ pub struct EngineOptions {
     /// What a rule that sets no `failure_mode` does (`STORE_FAILURE_MODE`,
     /// `STORE_FALLBACK_SHARE`).
     pub failure: FailureDefaults,
-}
-
-/// The failure policy of rules that set none of their own.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct FailureDefaults {
-    /// `STORE_FAILURE_MODE`.
-    pub mode: FailureMode,
-    /// `STORE_FALLBACK_SHARE`: an open rule's floor as a share of its limit.
-    pub fallback_share: f64,
-}
-
-impl Default for FailureDefaults {
-    fn default() -> Self {
-        FailureDefaults {
-            mode: FailureMode::Error,
-            fallback_share: 0.1,
-        }
-    }
-}
-
-impl FailureDefaults {
-    /// What the store layers do for a limit of `limit` per window whose rule
-    /// says `policy`.
-    pub fn on_failure(&self, policy: &FailurePolicy, limit: u64) -> OnFailure {
-        match policy.mode_or(self.mode) {
-            FailureMode::Error => OnFailure::Error,
-            FailureMode::Closed => OnFailure::Closed,
-            FailureMode::Open => OnFailure::Open {
-                fallback: policy.fallback(limit, self.fallback_share),
-            },
-        }
-    }
 }
 
 impl EngineOptions {

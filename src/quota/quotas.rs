@@ -31,7 +31,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
-use crate::config::{FailureMode, LiveConfig};
+use crate::config::LiveConfig;
 use crate::limiter::Clock;
 use crate::metrics::Stats;
 use crate::store::board::{BoardOp, BoardReply, BoardStep, BoardWork};
@@ -55,9 +55,10 @@ pub struct QuotaOptions {
     pub max_buckets: usize,
     /// `CACHE_KEY_PREFIX`, before every board's key.
     pub key_prefix: String,
-    /// `STORE_FAILURE_MODE`: what a rule that sets no `failure_mode` does
-    /// once its board has not answered for a TTL.
-    pub failure_mode: FailureMode,
+    /// `STORE_FAILURE_MODE` and `STORE_FALLBACK_SHARE`: what a rule that
+    /// sets no `failure_mode` does once its board has not answered for a
+    /// TTL (the one failure policy, [`crate::resilience::policy`]).
+    pub failure: crate::resilience::policy::FailureDefaults,
 }
 
 impl Default for QuotaOptions {
@@ -68,7 +69,7 @@ impl Default for QuotaOptions {
             sync: Duration::from_millis(250),
             max_buckets: 4096,
             key_prefix: String::new(),
-            failure_mode: FailureMode::Error,
+            failure: crate::resilience::policy::FailureDefaults::default(),
         }
     }
 }

@@ -9,8 +9,9 @@ use tokio::sync::mpsc;
 
 use super::bucket::{EnvoyBucket, Quota};
 use super::quotas::{Push, Quotas, PUSHES_WAITING};
-use crate::config::{FailureMode, Lookup};
+use crate::config::Lookup;
 use crate::metrics;
+use crate::resilience::policy::OnFailure;
 use crate::store::board::{Assignments, BoardOp, BoardStep};
 use crate::store::key::board_key;
 use crate::store::{NodeId, StoreError};
@@ -88,7 +89,8 @@ struct Drawn {
     node: Option<NodeId>,
     rate: f64,
     burst: f64,
-    failure: FailureMode,
+    /// The rule's failure policy.
+    failure: OnFailure,
 }
 
 /// A bucket as this stream knows it.
@@ -387,7 +389,10 @@ impl Session {
                     key,
                     rate: per_second,
                     burst,
-                    failure: matched.rule.failure.mode_or(options.failure_mode),
+                    failure: options.failure.on_failure(
+                        &matched.rule.failure,
+                        u64::from(matched.rule.requests_per_unit),
+                    ),
                 })
             }
             _ => None,
@@ -460,22 +465,22 @@ fn answered(
 
 /// What a bucket whose board did not answer is told at `now`: nothing
 /// while the assignment it runs is still live (Envoy keeps it until its
-/// TTL); after that its rule's `failure_mode`: `open` allows all, `closed`
-/// denies all, `error` sends nothing (Envoy applies its own
-/// `expired_assignment_behavior`, or `no_assignment_behavior`).
+/// TTL); after that what its rule's failure policy says, in the form an
+/// Envoy bucket enforces: `closed` denies all, `error` sends nothing (Envoy
+/// applies its own `expired_assignment_behavior`, or
+/// `no_assignment_behavior`), and `open` allows all: an Envoy's bucket is
+/// enforced by that Envoy alone, so this instance's floor has no meaning
+/// there.
 fn unanswered(state: &mut BucketState, now: Duration, ttl: Duration) -> Option<Action> {
     let live = state.sent.is_some() && state.assigned_at.is_some_and(|at| now < at + ttl);
     if live {
         return None;
     }
-    let failure = state
-        .board
-        .as_ref()
-        .map_or(FailureMode::Error, |b| b.failure);
+    let failure = state.board.as_ref().map_or(OnFailure::Error, |b| b.failure);
     let strategy = match failure {
-        FailureMode::Open => Strategy::AllowAll,
-        FailureMode::Closed => Strategy::DenyAll,
-        FailureMode::Error => return None,
+        OnFailure::Open { .. } => Strategy::AllowAll,
+        OnFailure::Closed => Strategy::DenyAll,
+        OnFailure::Error => return None,
     };
     state.sent = Some(strategy);
     Some(Action::Assign { strategy, ttl })

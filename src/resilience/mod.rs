@@ -5,8 +5,9 @@
 //!
 //! The stack, outermost first (see [`wrap`]):
 //! - [`Fallback`]: items the store could not answer are answered by their
-//!   rule's `failure_mode`: `open` by a local floor, `closed` by a denial,
-//!   `error` left failing (the original's UNKNOWN);
+//!   rule's failure policy ([`policy`], the one RLQS follows too): `open`
+//!   by a local floor, `closed` by a denial, `error` left failing (the
+//!   original's UNKNOWN);
 //! - [`Leases`]: leased hot keys answered from batches, and local-first
 //!   windows from this instance's views, written back in batches (below
 //!   the fallback, so that a lease or a view is spent during an outage and
@@ -33,6 +34,7 @@ pub mod circuit;
 pub mod deadline;
 pub mod fallback;
 pub mod leases;
+pub mod policy;
 #[cfg(test)]
 pub(crate) mod testing;
 

@@ -42,6 +42,7 @@ use async_trait::async_trait;
 use crate::limiter::{Decision, Limiter};
 
 pub use crate::limiter::fixed_window::OriginalWindow;
+pub use crate::resilience::policy::OnFailure;
 pub use job::{Done, Entries, Job, OwnedJob};
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
@@ -319,24 +320,6 @@ pub struct Decided {
     /// The store's clock when it decided, since the Unix epoch (what a
     /// [`Policy::Refund`] of this admission names).
     pub at: Duration,
-}
-
-/// What a rule wants when the store cannot answer for it (`failure_mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnFailure {
-    /// Fail the call, as the original does (gRPC UNKNOWN): the proxy's
-    /// `failure_mode_deny` decides.
-    #[default]
-    Error,
-    /// Deny: the descriptor is OVER_LIMIT until the store answers again.
-    Closed,
-    /// Allow up to a local floor: an in-process limiter of the same
-    /// algorithm and window with `fallback` requests per window (per
-    /// instance), never more than the rule's own limit.
-    Open {
-        /// The floor's limit (≥ 1).
-        fallback: u64,
-    },
 }
 
 /// The failure domain that serves a key: one Redis server (single,
