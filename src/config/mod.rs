@@ -28,7 +28,7 @@ pub mod watcher;
 pub mod xds;
 
 pub use error::{ConfigError, ConfigErrorKind};
-pub use failure::{Durability, FailureMode, FailurePolicy};
+pub use failure::{Durability, FailureDefaults, FailureMode, FailurePolicy, OnFailure};
 pub use live::LiveConfig;
 pub use loader::{load, load_with, ConfigFile, LoadOptions};
 pub use metadata::{Metadata, MetadataValue};

@@ -27,12 +27,12 @@ pub mod types;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::config::FailureDefaults;
 use crate::config::LiveConfig;
 use crate::config::{Lookup, MatchedLimit};
 use crate::hotkeys::TopKeys;
 use crate::limiter::Clock;
 use crate::metrics::Stats;
-pub use crate::resilience::policy::FailureDefaults;
 use crate::store::{Answer, InProcess, Placement, Reply, Store, StoreError, StoreExt};
 
 pub use aggregate::Disposition;

@@ -6,10 +6,10 @@
 //! that cannot read the book keeps the one it has, and says so once).
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use super::record::{self, id_of, DeleteRequest, DescriptorEntry, Invalid, PutRequest, Record};
-use super::table::{OverrideTable, Snapshot};
+use super::table::{now_ms, OverrideTable, Snapshot};
 use crate::store::overrides::{BookAnswer, BookKeys, BookStep, BookWork, BookWrite};
 use crate::store::{Store, StoreError, StoreExt};
 
@@ -67,13 +67,6 @@ pub struct Overrides {
     max_entries: usize,
     /// Whether the last read failed (to warn once per outage).
     failing: std::sync::atomic::AtomicBool,
-}
-
-/// Milliseconds since the Unix epoch, now.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl Overrides {

@@ -137,7 +137,7 @@ impl OverrideTable {
     /// The override of `domain` and exactly `entries` (every key and value,
     /// in order) in force now, if any: the clock is read only on a hit.
     pub fn find(&self, domain: &str, entries: &[Entry]) -> Option<Arc<Active>> {
-        self.find_with(domain, entries, super::book::now_ms)
+        self.find_with(domain, entries, now_ms)
     }
 
     /// [`OverrideTable::find`] at `now_ms`.
@@ -171,6 +171,14 @@ impl OverrideTable {
             })?;
         found.live_at(now_ms()).then(|| Arc::clone(found))
     }
+}
+
+/// Milliseconds since the Unix epoch, now: the wall clock every instance
+/// reads an override's expiry by.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// A hash of a target: the domain and every (key, value), each text

@@ -57,8 +57,8 @@ pub struct QuotaOptions {
     pub key_prefix: String,
     /// `STORE_FAILURE_MODE` and `STORE_FALLBACK_SHARE`: what a rule that
     /// sets no `failure_mode` does once its board has not answered for a
-    /// TTL (the one failure policy, [`crate::resilience::policy`]).
-    pub failure: crate::resilience::policy::FailureDefaults,
+    /// TTL (the one failure policy, [`crate::config::OnFailure`]).
+    pub failure: crate::config::FailureDefaults,
 }
 
 impl Default for QuotaOptions {
@@ -69,7 +69,7 @@ impl Default for QuotaOptions {
             sync: Duration::from_millis(250),
             max_buckets: 4096,
             key_prefix: String::new(),
-            failure: crate::resilience::policy::FailureDefaults::default(),
+            failure: crate::config::FailureDefaults::default(),
         }
     }
 }

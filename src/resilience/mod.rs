@@ -5,7 +5,7 @@
 //!
 //! The stack, outermost first (see [`wrap`]):
 //! - [`Fallback`]: items the store could not answer are answered by their
-//!   rule's failure policy ([`policy`], the one RLQS follows too): `open`
+//!   rule's failure policy ([`crate::config::OnFailure`], the one RLQS follows too): `open`
 //!   by a local floor, `closed` by a denial, `error` left failing (the
 //!   original's UNKNOWN);
 //! - [`Leases`]: leased hot keys answered from batches, and local-first
@@ -34,7 +34,6 @@ pub mod circuit;
 pub mod deadline;
 pub mod fallback;
 pub mod leases;
-pub mod policy;
 #[cfg(test)]
 pub(crate) mod testing;
 

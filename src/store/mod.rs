@@ -41,8 +41,8 @@ use async_trait::async_trait;
 
 use crate::limiter::{Decision, Limiter};
 
+pub use crate::config::OnFailure;
 pub use crate::limiter::fixed_window::OriginalWindow;
-pub use crate::resilience::policy::OnFailure;
 pub use job::{Done, Entries, Job, OwnedJob};
 pub use memory::MemoryStore;
 pub use redis::RedisStore;

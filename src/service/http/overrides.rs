@@ -262,7 +262,7 @@ async fn list(State(s): State<OverridesState>, uri: axum::http::Uri) -> Response
     // instance shows it; if the store cannot answer, what is in force here.
     let fresh = s.overrides.refresh().await.is_ok();
     let snapshot = s.overrides.table().snapshot();
-    let now = crate::overrides::book::now_ms();
+    let now = crate::overrides::table::now_ms();
     let mut found: Vec<_> = snapshot
         .all()
         .filter(|a| a.expires_at_ms == 0 || now < a.expires_at_ms)
