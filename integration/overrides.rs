@@ -136,6 +136,11 @@ fn overrides_across_instances(env: &[(&str, String)]) {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["version"], 1);
     assert_eq!(body["matches_rule"], true);
+    assert_eq!(
+        override_seen(&a, "acme"),
+        Some(1),
+        "in force where written at once"
+    );
     let took = until_seen(&b, "acme", Some(1));
     println!("overrides: version 1 in force on the other instance after {took:?}");
     assert!(took < Duration::from_secs(1), "took {took:?}");
