@@ -278,10 +278,9 @@ impl Plan {
             }
             Shape::Decided { window: None }
         };
-        for item in &mut self.work.items[first..] {
-            if give_back {
-                item.hits = crate::store::Hits::GiveBack(item.hits.count());
-                item.binding = false;
+        if give_back {
+            for item in &mut self.work.items[first..] {
+                item.give_back_instead();
             }
         }
         self.descriptors.push(Planned {

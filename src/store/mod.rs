@@ -199,12 +199,16 @@ impl Item {
 
     /// The same item giving its cost back (see [`Hits::GiveBack`]); it
     /// never binds.
-    pub fn giving_back(self) -> Item {
-        Item {
-            hits: Hits::GiveBack(self.hits.count()),
-            binding: false,
-            ..self
-        }
+    pub fn giving_back(mut self) -> Item {
+        self.give_back_instead();
+        self
+    }
+
+    /// Makes this item give its cost back (see [`Hits::GiveBack`]); it
+    /// then never binds.
+    pub fn give_back_instead(&mut self) {
+        self.hits = Hits::GiveBack(self.hits.count());
+        self.binding = false;
     }
 
     /// What the item takes when it is decided: its cost, or nothing when it

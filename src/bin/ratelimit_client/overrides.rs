@@ -150,15 +150,13 @@ fn descriptor(text: &str) -> Result<Value, String> {
     entries.map(Value::Array)
 }
 
-/// The first token of the token file (after its name, if it has one).
+/// The first token of the token file, read as the service reads it.
 fn token(file: &str) -> Result<String, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("token file {file}: {e}"))?;
-    text.lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty() && !l.starts_with('#'))
-        .and_then(|l| l.split_whitespace().last())
-        .map(str::to_string)
-        .ok_or(format!("token file {file} holds no token"))
+    let first = ratelimit::service::http::admin_tokens::tokens(&text)
+        .next()
+        .map(|(_, token)| token.to_string());
+    first.ok_or(format!("token file {file} holds no token"))
 }
 
 fn send(

@@ -3,20 +3,26 @@
 //! as who made a change (an unnamed token shows as `token <line>`). Blank
 //! lines and lines starting with `#` are skipped.
 
+/// Every `(name, token)` of the file `text`, in file order.
+pub fn tokens(text: &str) -> impl Iterator<Item = (String, &str)> {
+    text.lines().enumerate().filter_map(|(i, line)| {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            return None;
+        }
+        Some(match line.rsplit_once(char::is_whitespace) {
+            Some((name, token)) => (name.trim().to_string(), token),
+            None => (format!("token {}", i + 1), line),
+        })
+    })
+}
+
 /// The name of the token `given` in the file `text`, if it is one of its.
 /// Every token is compared in full, in time independent of where they
 /// differ.
 pub fn who(text: &str, given: &str) -> Option<String> {
     let mut found = None;
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let (name, token) = match line.rsplit_once(char::is_whitespace) {
-            Some((name, token)) => (name.trim().to_string(), token),
-            None => (format!("token {}", i + 1), line),
-        };
+    for (name, token) in tokens(text) {
         if same(token.as_bytes(), given.as_bytes()) && found.is_none() {
             found = Some(name);
         }
