@@ -10,6 +10,8 @@
 //! - a sharded rule and a leased one show "under" and never "over";
 //! - a Redis outage with a fail-open floor shows its decisions as answered
 //!   by policy, and the comparison resumes after it;
+//! - a local-first window over 3 instances shows its over-admission as
+//!   "over", within its stated bound (`L + ⌊ε·L⌋` a window);
 //! - with sampling off nothing is audited and no reference is written.
 
 // Tests and the load tool measure the real elapsed time of real processes.
@@ -50,6 +52,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000000}
   - key: monthly
     rate_limit: {unit: month, requests_per_unit: 100, calendar: true}
+  - key: local
+    rate_limit: {unit: hour, requests_per_unit: 100, sync_interval: 50ms}
 ";
 
 fn audited(extra: &[(&str, &str)]) -> Vec<(&'static str, String)> {
@@ -484,4 +488,80 @@ async fn on_a_cluster_leases_and_shards_show_under_never_over() {
     assert_eq!(rd["within_bound"], true);
 
     check_sharded(&holder).await;
+}
+
+/// A local-first window (`sync_interval`) over 3 instances on one Redis,
+/// 48 callers offering 5× its limit: its decisions far from the limit come
+/// from the instances' views (its reference is still decided at the store,
+/// one call per audited request), and what the views admit over the limit
+/// shows as "over", within the bound the row states: `L + ⌊ε·L⌋` a window
+/// (`LOCAL_FIRST_MAX_OVER` 0.2: 100 + 20; `N·⌊ε·L/N⌋` is 18 here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_first_window_is_judged_by_its_stated_bound() {
+    let redis = RedisServer::start();
+    let mut env = redis_env("single", &redis.addr());
+    env.push(("LOCAL_FIRST_MAX_OVER", "0.2".to_string()));
+    let fleet = [start(&env), start(&env), start(&env)];
+    let mut clients = Vec::new();
+    for svc in &fleet {
+        clients.push(svc.client().await);
+    }
+    // Every instance counts the 3 (the write-back counts them each second).
+    for c in clients.iter_mut() {
+        assert_eq!(one(c, "local", "warm").await, OK);
+    }
+    let counted = || {
+        fleet
+            .iter()
+            .all(|s| s.stat("ratelimit.local_first.instances") == 3)
+    };
+    for _ in 0..100 {
+        if counted() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(counted(), "every instance counts the 3 instances");
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..48)
+        .map(|i| {
+            let mut c = clients[i % 3].clone();
+            let next = std::sync::Arc::clone(&next);
+            tokio::spawn(async move {
+                let mut admitted = 0;
+                while next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 500 {
+                    admitted += usize::from(one(&mut c, "local", "five").await == OK);
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += t.await.expect("caller");
+    }
+    let rows: Vec<Value> = fleet.iter().map(|s| row(s, "local")).collect();
+    let local: u64 = fleet
+        .iter()
+        .map(|s| s.stat("ratelimit.local_first.local_decision"))
+        .sum();
+    println!(
+        "local-first, 3 instances, 500 calls: admitted {admitted}, {local} from views: {rows:?}"
+    );
+    assert!((100..=118).contains(&admitted), "admitted {admitted}");
+    assert!(local > 0, "the views answered");
+    let sum = |field: &str| rows.iter().map(|r| n(r, field)).sum::<u64>();
+    // The 3 warm-up calls and the 500.
+    assert_eq!(sum("decisions"), 500 + 3);
+    assert_eq!(
+        sum("over"),
+        admitted as u64 - 100,
+        "each admission over the limit"
+    );
+    assert_eq!(sum("under"), 0, "never refuses what the contract admits");
+    for r in &rows {
+        assert_eq!(r["contract"]["local_first_over"], 20, "{r}");
+        assert_eq!(r["bound"]["max_in_window"], 240, "{r}");
+        assert_eq!(r["within_bound"], true, "{r}");
+    }
 }

@@ -179,7 +179,9 @@ pub async fn run(
         clock: Arc::clone(&clock),
     });
     let audit =
-        crate::audit::Audit::new(settings.audit.sample, settings.audit.max_limit).map(Arc::new);
+        crate::audit::Audit::new(settings.audit.sample, settings.audit.max_limit).map(|a| {
+            Arc::new(a.with_local_first_max_over(settings.hot_keys.lease.local_first_max_over))
+        });
     if let Some(audit) = &audit {
         engine = engine.with_audit(Arc::clone(audit));
     }

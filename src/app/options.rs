@@ -10,8 +10,8 @@ use crate::platform::telemetry::{ExportProtocol, TracingOptions};
 use crate::resilience::{BreakerOptions, LeaseOptions, ResilienceOptions};
 use crate::service::grpc::admit::Admission;
 use crate::settings::{
-    BackendType, ClientTlsSettings, HeaderFormatSetting, LeaseSettings, ListenerSettings,
-    LogFormat, LogLevel, RedisSettings, RedisType, Settings, TracingProtocol,
+    BackendType, ClientTlsSettings, HeaderFormatSetting, ListenerSettings, LogFormat, LogLevel,
+    RedisSettings, RedisType, Settings, TracingProtocol,
 };
 use crate::store::redis::url::Deployment;
 use crate::store::redis::RedisAddress;
@@ -236,13 +236,16 @@ pub(super) fn client_tls(s: &ClientTlsSettings) -> ClientTls {
     )
 }
 
-/// `LEASE_*`.
-pub(super) fn lease_options(s: &LeaseSettings) -> LeaseOptions {
+/// `LEASE_*`, `LOCAL_FIRST_MAX_OVER`, and `MEMORY_MAX_KEYS` as the most
+/// local-first views.
+pub(super) fn lease_options(settings: &Settings) -> LeaseOptions {
+    let s = &settings.hot_keys.lease;
     LeaseOptions {
         min_rate: s.min_rate,
         duration: s.duration,
         ttl: s.ttl,
         max_share: s.max_share,
         max_over: s.local_first_max_over,
+        max_views: settings.memory_max_keys,
     }
 }

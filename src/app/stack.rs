@@ -62,7 +62,7 @@ impl BuiltStore {
 fn remote(settings: &Settings) -> resilience::Layers {
     resilience::Layers::Remote {
         options: resilience_options(settings),
-        leases: lease_options(&settings.hot_keys.lease),
+        leases: lease_options(settings),
     }
 }
 

@@ -190,6 +190,7 @@ mod tests {
             burst: None,
             shards: 1,
             lease: false,
+            local_first_over: 0,
         };
         let row = book.row("d.k", "ow:1s", facts).expect("room");
         for n in 1..=20 {

@@ -21,6 +21,10 @@ pub struct LimitFacts {
     pub shards: u64,
     /// `lease: true`.
     pub lease: bool,
+    /// A local-first window's over-admission allowance a window, `⌊ε·L⌋`
+    /// (`LOCAL_FIRST_MAX_OVER` `ε`): at least `N·⌊ε·L/N⌋` for any instance
+    /// count `N`. 0: decided at the store.
+    pub local_first_over: u64,
 }
 
 impl LimitFacts {
@@ -35,6 +39,9 @@ impl LimitFacts {
         });
         if let (Some(burst), Some(map)) = (self.burst, v.as_object_mut()) {
             map.insert("burst".into(), burst.into());
+        }
+        if let (over @ 1.., Some(map)) = (self.local_first_over, v.as_object_mut()) {
+            map.insert("local_first_over".into(), over.into());
         }
         v
     }
@@ -62,6 +69,17 @@ impl Bound {
             .parse()
             .unwrap_or(AlgorithmName::FixedWindow);
         let (max_in_window, estimate, mut text) = match algorithm {
+            AlgorithmName::FixedWindow if facts.local_first_over > 0 => (
+                Some(n.saturating_add(facts.local_first_over).saturating_mul(2)),
+                false,
+                format!(
+                    "local-first (sync_interval): at most limit + {} a window (N·⌊ε·limit/N⌋ \
+                     over N instances), so up to 2 × that in a trailing window across a window \
+                     boundary; a killed instance adds up to (N + 1)·⌊ε·limit/N⌋ to its window; \
+                     never refuses what the window contract admits",
+                    facts.local_first_over
+                ),
+            ),
             AlgorithmName::FixedWindow => (
                 Some(n.saturating_mul(2)),
                 false,
@@ -140,6 +158,7 @@ mod tests {
             burst: None,
             shards,
             lease,
+            local_first_over: 0,
         }
     }
 
@@ -166,6 +185,22 @@ mod tests {
         assert_eq!(bucket.max_in_window, None);
         assert!(bucket.holds(0, 0, 0));
         assert!(!bucket.holds(0, 1, 0));
+    }
+
+    #[test]
+    fn a_local_first_window_may_admit_its_allowance_more_a_window() {
+        let b = Bound::of(&LimitFacts {
+            local_first_over: 1,
+            ..facts("fixed_window", 1, false)
+        });
+        assert_eq!(b.max_in_window, Some(22));
+        assert!(
+            !b.under_allowed,
+            "it never refuses what the contract admits"
+        );
+        assert!(b.holds(22, 12, 0));
+        assert!(!b.holds(23, 13, 0));
+        assert!(b.text.contains("limit + 1 a window"), "{}", b.text);
     }
 
     #[test]

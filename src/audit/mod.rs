@@ -61,6 +61,9 @@ pub const DEFAULT_MAX_LIMIT: u64 = 10_000;
 pub struct Audit {
     sampler: Sampler,
     max_limit: u64,
+    /// `LOCAL_FIRST_MAX_OVER`: what a local-first window may admit over
+    /// its limit, as a share of it.
+    local_first_max_over: f64,
     book: AuditBook,
 }
 
@@ -71,8 +74,25 @@ impl Audit {
         Some(Audit {
             sampler: Sampler::new(sample)?,
             max_limit,
+            local_first_max_over: 0.0,
             book: AuditBook::default(),
         })
+    }
+
+    /// The audit, judging local-first windows by the over-admission
+    /// `max_over` (`LOCAL_FIRST_MAX_OVER`, `ε`) lets them make.
+    pub fn with_local_first_max_over(self, max_over: f64) -> Audit {
+        Audit {
+            local_first_max_over: max_over.clamp(0.0, 1.0),
+            ..self
+        }
+    }
+
+    /// A local-first window of `limit`'s allowance a window, `⌊ε·limit⌋`:
+    /// what its instances' unwritten shares add up to at most, whatever
+    /// their number.
+    pub fn local_first_over(&self, limit: u64) -> u64 {
+        (limit as f64 * self.local_first_max_over).floor() as u64
     }
 
     /// Whether the limit whose reference key is `reference_key` and whose

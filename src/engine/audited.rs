@@ -45,6 +45,7 @@ fn original(rule: &RateLimitRule) -> Option<(Limiter, String, LimitFacts)> {
         burst: None,
         shards: 1,
         lease: false,
+        local_first_over: 0,
     };
     Some((
         Limiter::SlidingLog(contract),
@@ -67,6 +68,7 @@ fn configured(l: &ConfiguredLimit) -> Option<(Limiter, LimitFacts)> {
         burst: matches!(limiter, Limiter::TokenBucket(_)).then(|| limiter.capacity()),
         shards: l.sub_buckets.len().max(1) as u64,
         lease: l.hot.lease,
+        local_first_over: 0,
     };
     Some((limiter.reference_of().ok()?, facts))
 }
@@ -99,9 +101,13 @@ pub(super) fn add_references(
                 None if rule.is_original() => original(rule),
                 None => None,
             };
-            let Some((contract, suffix, facts)) = found else {
+            let Some((contract, suffix, mut facts)) = found else {
                 continue;
             };
+            if item.rule.sync_interval.is_some() {
+                // Decided from this instance's view far from its limit.
+                facts.local_first_over = audit.local_first_over(facts.limit);
+            }
             let key = d.key.reference(options.prefix, &suffix);
             let usable = match options.placement.reference_step(&item.key, &key) {
                 ReferenceStep::Same => true,

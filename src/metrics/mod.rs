@@ -133,6 +133,9 @@ pub const LOCAL_FIRST_SYNC_FAILED: &str = "ratelimit.local_first.sync_failed";
 /// `ratelimit.local_first.instances` (ours): the instances counted on the
 /// store in the last second, which each view's share divides by.
 pub const LOCAL_FIRST_INSTANCES: &str = "ratelimit.local_first.instances";
+/// `ratelimit.local_first.views` (ours): keys this instance holds a view
+/// of (at most `MEMORY_MAX_KEYS`), set by the lease sweeper.
+pub const LOCAL_FIRST_VIEWS: &str = "ratelimit.local_first.views";
 /// `ratelimit.lease.taken` (ours): leases taken.
 pub const LEASE_TAKEN: &str = "ratelimit.lease.taken";
 /// `ratelimit.lease.tokens_taken` (ours): tokens taken in leases.

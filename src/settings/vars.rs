@@ -411,7 +411,8 @@ vars! {
     ENV_LEASE_TTL = "LEASE_TTL", Duration, "1s", Active;
     /// The most keys the memory store holds (`BACKEND_TYPE=memory`). Ours;
     /// default `1000000` (about 125 MB), shared between the rules that hold
-    /// keys (a flood of one rule evicts its own keys).
+    /// keys (a flood of one rule evicts its own keys). On a shared store,
+    /// the most keys an instance holds a local-first view of.
     ENV_MEMORY_MAX_KEYS = "MEMORY_MAX_KEYS", Int, "1000000", Active;
     /// How long an RLQS assignment holds without a new report, and how long
     /// a silent Envoy's share stays taken. Ours; default `15s` (three of

@@ -50,6 +50,8 @@ pub struct LeaseOptions {
     /// `LOCAL_FIRST_MAX_OVER`: the over-admission a local-first window may
     /// reach, as a share of its limit (`ε` in [`super::local`]).
     pub max_over: f64,
+    /// `MEMORY_MAX_KEYS`: the most keys with a local-first view.
+    pub max_views: usize,
 }
 
 impl Default for LeaseOptions {
@@ -60,6 +62,7 @@ impl Default for LeaseOptions {
             ttl: Duration::from_secs(1),
             max_share: 0.05,
             max_over: 0.01,
+            max_views: crate::store::memory::DEFAULT_MAX_KEYS,
         }
     }
 }

@@ -116,6 +116,19 @@ impl View {
         self.unwritten -= cost.min(unsent);
     }
 
+    /// A give-back (refund) of `cost` taken from the admissions not yet
+    /// sent: as if they had never been admitted, so the store need not
+    /// hear of either. The counter the key is at after it (`G + u`), or
+    /// `None` when fewer are unsent (the store takes the give-back).
+    pub fn give_back(&mut self, cost: u64) -> Option<u64> {
+        let unsent = self.unwritten - self.sending;
+        if cost == 0 || cost > unsent {
+            return None;
+        }
+        self.unwritten -= cost;
+        Some(self.counter.unwrap_or(0) + self.unwritten)
+    }
+
     /// The store answered the key's counter with `counter` (a request that
     /// went there): the view keeps the larger of it and what it held.
     pub fn observe(&mut self, counter: u64) {

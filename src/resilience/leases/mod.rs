@@ -105,7 +105,7 @@ impl<S: Store + 'static> Leases<S> {
             inner: Arc::new(inner),
             options,
             clock,
-            table: Arc::new(LeaseTable::new()),
+            table: Arc::new(LeaseTable::new(options.max_views)),
             fleet: Arc::new(Fleet::default()),
         }
     }
@@ -162,8 +162,10 @@ impl<S: Store + 'static> Leases<S> {
                 steps.push(step);
                 continue;
             }
-            if c.gives_back() && c.rule.lease {
-                steps.push(self.give_back_locally(c, now).unwrap_or(Step::Store));
+            if c.gives_back() {
+                // Taken here, if at all, once the plan is final
+                // (`give_backs_here`): a plan made again gives nothing twice.
+                steps.push(Step::Store);
                 continue;
             }
             let leasable = c.rule.lease && c.binding && c.cost() > 0;
@@ -233,6 +235,23 @@ impl<S: Store + 'static> Leases<S> {
         (steps, waits)
     }
 
+    /// Each give-back that a live lease or a view here can take, taken:
+    /// its step replaced. Run once, on the final plan.
+    fn give_backs_here(&self, items: &[Item], steps: &mut [Step], now: Duration) {
+        for (c, step) in items.iter().zip(steps.iter_mut()) {
+            if !c.gives_back() {
+                continue;
+            }
+            let here = match c.rule.lease {
+                true => self.give_back_locally(c, now),
+                false => self.give_back_to_view(c, now),
+            };
+            if let Some(here) = here {
+                *step = here;
+            }
+        }
+    }
+
     /// A give-back of a key that holds a live lease here: its cost goes
     /// into the lease, which returns it to the store with what else it
     /// holds when it ends. `None` without a live lease (the store takes it).
@@ -260,11 +279,15 @@ impl<S: Store + 'static> Leases<S> {
             // `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` stops it.
             let counted = matches!(c.limit, Limit::Counter(_))
                 && policy.is_some_and(|p| p != Policy::CommitStopping);
+            if c.gives_back() {
+                // Taken once the plan was final: it stays given.
+                continue;
+            }
             if let (Step::Viewed(..), false) = (step, counted) {
                 self.unview(c);
                 continue;
             }
-            if let (false, Step::Local(d, _)) = (c.gives_back(), step) {
+            if let Step::Local(d, _) = step {
                 if d.is_allowed() {
                     if let Some(l) = self
                         .table
@@ -325,7 +348,8 @@ impl<S: Store + 'static> Leases<S> {
         }
     }
 
-    async fn leased(&self, items: &[Item], policy: Policy, deadline: Option<Instant>) -> Reply {
+    async fn leased(&self, whole: &Work, deadline: Option<Instant>) -> Reply {
+        let (items, policy) = (whole.items.as_slice(), whole.policy);
         let mut now = self.clock.now();
         let (mut steps, mut waits) = self.plan(items, now, true);
         if !waits.is_empty() {
@@ -344,6 +368,7 @@ impl<S: Store + 'static> Leases<S> {
             now = self.clock.now();
             steps = self.plan(items, now, false).0;
         }
+        self.give_backs_here(items, &mut steps, now);
         let local = steps
             .iter()
             .filter(|s| matches!(s, Step::Local(..)))
@@ -397,18 +422,17 @@ impl<S: Store + 'static> Leases<S> {
             } else {
                 policy
             };
+            // The store's part, its references' subjects renumbered (one
+            // whose subject was answered here follows the commit).
             let work = |steps: &[Step]| {
-                let items = to_store
-                    .iter()
-                    .map(|&i| {
-                        let mut c = items[i].clone();
-                        if let Step::Take(batch) = steps[i] {
-                            c.hits = crate::store::Hits::Take(batch);
-                        }
-                        c
-                    })
-                    .collect();
-                Work::new(items, policy)
+                let mut part = whole.select(&to_store);
+                part.policy = policy;
+                for (c, &i) in part.items.iter_mut().zip(&to_store) {
+                    if let Step::Take(batch) = steps[i] {
+                        c.hits = crate::store::Hits::Take(batch);
+                    }
+                }
+                part
             };
             let mut reply = self.inner.execute(&work(&steps), deadline).await;
             ::metrics::counter!(metrics::LEASE_STORE_CALL).increment(1);
@@ -571,7 +595,7 @@ impl<S: Store + 'static> Store for Leases<S> {
                                 && c.limit.original_window().is_some())
                     }) =>
             {
-                Done::Limits(self.leased(&work.items, work.policy, deadline).await)
+                Done::Limits(self.leased(work, deadline).await)
             }
             other => self.inner.call(other, deadline).await,
         }

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -65,17 +66,26 @@ pub struct LeaseTable {
     /// Per shard, the keys whose view has admissions to write back.
     queues: Vec<Mutex<Vec<String>>>,
     hasher: RandomState,
+    /// Keys with a view, and the most there may be (`MEMORY_MAX_KEYS`).
+    views: AtomicUsize,
+    max_views: usize,
+    /// The table was found full of views once (logged once).
+    full_logged: AtomicBool,
     /// Leases replaced by a new take before the sweeper saw them end, with
     /// tokens left: the sweeper returns them with the ended ones.
     pub(super) replaced: Mutex<Vec<Ended>>,
 }
 
 impl LeaseTable {
-    pub(super) fn new() -> LeaseTable {
+    /// An empty table of at most `max_views` views.
+    pub(super) fn new(max_views: usize) -> LeaseTable {
         LeaseTable {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             queues: (0..SHARDS).map(|_| Mutex::new(Vec::new())).collect(),
             hasher: RandomState::new(),
+            views: AtomicUsize::new(0),
+            max_views,
+            full_logged: AtomicBool::new(false),
             replaced: Mutex::new(Vec::new()),
         }
     }
@@ -101,6 +111,38 @@ impl LeaseTable {
                 .unwrap_or_else(|e| e.into_inner())
                 .push(key.to_string());
         }
+    }
+
+    /// Whether the table holds its most views: a key without one opens
+    /// none (its decisions go to the store, exact, until views end with
+    /// their windows).
+    pub(super) fn views_full(&self) -> bool {
+        let full = self.views.load(Ordering::Relaxed) >= self.max_views;
+        if full && !self.full_logged.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                max_views = self.max_views,
+                "local-first views fill MEMORY_MAX_KEYS: keys without a view are decided at the store until views end with their windows"
+            );
+        }
+        full
+    }
+
+    /// `s`'s view, opened if it has none and the table has room (`None`:
+    /// full, see [`LeaseTable::views_full`]).
+    pub(super) fn view_of<'s>(&self, s: &'s mut KeyState) -> Option<&'s mut View> {
+        if s.view.is_none() {
+            let opened = self
+                .views
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    (n < self.max_views).then_some(n + 1)
+                });
+            if opened.is_err() {
+                self.views_full();
+                return None;
+            }
+            s.view = Some(View::default());
+        }
+        s.view.as_mut()
     }
 
     /// Every queued key, the queues emptied.
@@ -153,9 +195,15 @@ impl LeaseTable {
                 let view_done = s
                     .view
                     .is_none_or(|v| v.unwritten == 0 && s.window_end <= now.as_secs());
-                !(idle && view_done && s.lease.is_none() && s.taking.is_none())
+                let keep = !(idle && view_done && s.lease.is_none() && s.taking.is_none());
+                if !keep && s.view.is_some() {
+                    self.views.fetch_sub(1, Ordering::Relaxed);
+                }
+                keep
             });
         }
+        ::metrics::gauge!(crate::metrics::LOCAL_FIRST_VIEWS)
+            .set(self.views.load(Ordering::Relaxed) as f64);
         out
     }
 }

@@ -8,13 +8,15 @@
 //! the store (counted by the write-back each second) and its last
 //! write-back was answered within [`stale_after`]; otherwise, and near the
 //! limit, the item goes to the store as it came, and the store's answer
-//! refreshes the view. A give-back, a read (cost 0) and a request whose
+//! refreshes the view. A give-back is taken from the view's admissions not
+//! yet sent when it holds enough (the store need hear of neither), and
+//! goes to the store otherwise; a read (cost 0) and a request whose
 //! policy does not commit go to the store too.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::local::{Share, View};
+use super::local::Share;
 use super::{Leases, Step};
 use crate::limiter::Decision;
 use crate::store::{Item, Limit, Store};
@@ -156,12 +158,15 @@ impl<S: Store + 'static> Leases<S> {
         let mut map = self.table.shard(&c.key);
         let s = match map.get_mut(c.key.as_str()) {
             Some(s) => s,
+            None if self.table.views_full() => return Some(Step::Store),
             None => map.entry(c.key.clone()).or_default(),
         };
         if first {
             s.meter.record(now);
         }
-        let view = s.view.get_or_insert_with(View::default);
+        let Some(view) = self.table.view_of(s) else {
+            return Some(Step::Store);
+        };
         let Some(after) = view.admit(c.cost(), w.limit, share) else {
             return Some(Step::Store);
         };
@@ -169,6 +174,27 @@ impl<S: Store + 'static> Leases<S> {
         s.limit = Some(Limit::Counter(w));
         s.node.clone_from(&c.node);
         self.table.queue(&c.key, s);
+        let decision = Decision::Allow {
+            remaining: w.limit.saturating_sub(after),
+            reset_after: Duration::from_secs(w.window.reset_after(now.as_secs())),
+        };
+        Some(Step::Viewed(decision, after))
+    }
+
+    /// A give-back of a local-first window taken from its view's unsent
+    /// admissions ([`View::give_back`]); `None` for any other item, or
+    /// when the view holds fewer (the store takes it).
+    pub(super) fn give_back_to_view(&self, c: &Item, now: Duration) -> Option<Step> {
+        c.rule.sync_interval?;
+        let (Limit::Counter(w) | Limit::Window(w)) = c.limit else {
+            return None;
+        };
+        let mut map = self.table.shard(&c.key);
+        let after = map
+            .get_mut(c.key.as_str())?
+            .view
+            .as_mut()?
+            .give_back(c.cost())?;
         let decision = Decision::Allow {
             remaining: w.limit.saturating_sub(after),
             reset_after: Duration::from_secs(w.window.reset_after(now.as_secs())),
@@ -198,9 +224,13 @@ impl<S: Store + 'static> Leases<S> {
         let mut map = self.table.shard(&c.key);
         let s = match map.get_mut(c.key.as_str()) {
             Some(s) => s,
+            None if self.table.views_full() => return,
             None => map.entry(c.key.clone()).or_default(),
         };
-        s.view.get_or_insert_with(View::default).observe(count);
+        let Some(view) = self.table.view_of(s) else {
+            return;
+        };
+        view.observe(count);
         s.window_end = w.window.end();
         s.limit = Some(Limit::Counter(w));
         s.node.clone_from(&c.node);

@@ -24,12 +24,16 @@ struct Instances {
 
 impl Instances {
     fn new(n: usize) -> Instances {
+        Instances::with(n, LeaseOptions::default())
+    }
+
+    fn with(n: usize, options: LeaseOptions) -> Instances {
         // On a whole minute: one window for the whole test.
         let clock = Arc::new(ManualClock::at_secs(1_000_020));
         let store = Arc::new(MemoryStore::new(clock.clone()));
         let scripted = Scripted::on(store);
         let nodes = (0..n)
-            .map(|_| Leases::new(scripted.clone(), LeaseOptions::default(), clock.clone()))
+            .map(|_| Leases::new(scripted.clone(), options, clock.clone()))
             .collect();
         Instances {
             clock,
@@ -212,4 +216,132 @@ fn the_instance_count_rises_at_once_and_falls_only_when_it_stays_low() {
     // A rise is taken at once.
     fleet.counted(4, t + Duration::from_secs(10));
     assert_eq!(fleet.instances(), 4);
+}
+
+/// The decision audit's reference of `key`'s counter, following the item
+/// at `subject` of its work.
+fn reference(key: &str, subject: usize) -> Item {
+    let contract =
+        crate::limiter::SlidingLog::reference(1_000, Duration::from_secs(60)).expect("contract");
+    Item {
+        binding: false,
+        ..Item::new(
+            format!("ref_{key}"),
+            Limit::Reference {
+                contract: crate::limiter::Limiter::SlidingLog(contract),
+                subject: Some(subject),
+            },
+            1,
+        )
+    }
+}
+
+/// What the reference of `key` holds in its trailing window.
+async fn referenced(f: &Instances, key: &str) -> u64 {
+    let read = Item {
+        hits: crate::store::Hits::Take(0),
+        ..reference(key, 0)
+    };
+    f.scripted
+        .run(&[read], Policy::Commit)
+        .await
+        .expect("read")
+        .results[0]
+        .count
+}
+
+#[tokio::test]
+async fn an_audited_view_admission_is_recorded_in_its_reference() {
+    // A request of a local-first counter answered from its view and a
+    // counter sent to the store (non-binding, over its limit), each with
+    // its reference: the store's part is renumbered, so that the viewed
+    // counter's reference follows the commit and the other's its counter.
+    let mut f = Instances::new(1);
+    let viewed = window("viewed", 100_000);
+    f.counted(&viewed).await;
+    let mut over = window("over", 1);
+    over.rule.sync_interval = None;
+    over.binding = false;
+    f.scripted
+        .run(std::slice::from_ref(&over), Policy::Commit)
+        .await
+        .expect("decided");
+    let items = [
+        viewed.clone(),
+        over.clone(),
+        reference("viewed", 0),
+        reference("over", 1),
+    ];
+    let calls = f.scripted.calls();
+    let ran = f.nodes[0]
+        .run(&items, Policy::Commit)
+        .await
+        .expect("decided");
+    assert!(ran.committed);
+    assert_eq!(f.scripted.calls() - calls, 1, "one store call");
+    assert!(ran.results[0].decision.is_allowed(), "from the view");
+    assert!(!ran.results[1].decision.is_allowed(), "over its limit");
+    assert_eq!(referenced(&f, "viewed").await, 1, "admitted: recorded");
+    assert_eq!(referenced(&f, "over").await, 0, "refused: not recorded");
+}
+
+#[tokio::test]
+async fn a_give_back_is_taken_from_the_unsent_admissions_with_no_store_call() {
+    let mut f = Instances::new(1);
+    let item = window("refunded", 1_000);
+    f.counted(&item).await;
+    for _ in 0..3 {
+        assert!(f.admitted(0, &item).await);
+    }
+    f.write_back().await;
+    assert_eq!(counter(&f, "refunded").await, 4);
+    for _ in 0..3 {
+        assert!(f.admitted(0, &item).await);
+    }
+    let calls = f.scripted.calls();
+    let give_back = item.clone().giving_back();
+    assert!(f.admitted(0, &give_back).await, "a give-back is answered");
+    assert_eq!(f.scripted.calls(), calls, "taken from the view");
+    assert_eq!(f.nodes[0].table.views(), (1, 2));
+    // More than the view holds unsent: the store takes it.
+    let big = Item {
+        hits: crate::store::Hits::GiveBack(3),
+        ..item.clone()
+    };
+    assert!(f.admitted(0, &big).await);
+    assert_eq!(f.scripted.calls(), calls + 1, "sent to the store");
+    assert_eq!(counter(&f, "refunded").await, 1);
+    f.write_back().await;
+    // 4 written, 3 admitted, 1 given back here and 3 at the store.
+    assert_eq!(counter(&f, "refunded").await, 3);
+    assert_eq!(f.nodes[0].table.views(), (1, 0));
+}
+
+#[tokio::test]
+async fn views_stop_at_their_cap_and_keys_without_one_go_to_the_store() {
+    let mut f = Instances::with(
+        1,
+        LeaseOptions {
+            max_views: 2,
+            ..LeaseOptions::default()
+        },
+    );
+    f.counted(&window("first", 1_000)).await;
+    assert!(f.admitted(0, &window("second", 1_000)).await);
+    assert_eq!(f.nodes[0].table.views().0, 2, "the cap");
+    let calls = f.scripted.calls();
+    for _ in 0..3 {
+        assert!(f.admitted(0, &window("third", 1_000)).await);
+    }
+    assert_eq!(f.scripted.calls() - calls, 3, "no view: the store decides");
+    assert_eq!(f.nodes[0].table.views().0, 2);
+    assert_eq!(counter(&f, "third").await, 3, "exact");
+    // Views end with their windows (written back first): room again.
+    f.write_back().await;
+    f.clock.advance(Duration::from_secs(120));
+    f.nodes[0].table.ended(crate::limiter::Clock::now(f.clock.as_ref()), false);
+    assert_eq!(f.nodes[0].table.views().0, 0);
+    f.write_back().await;
+    assert!(f.admitted(0, &window("fourth", 1_000)).await);
+    assert_eq!(f.nodes[0].table.views().0, 1, "a view again");
 }
