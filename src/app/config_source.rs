@@ -13,6 +13,7 @@ use crate::config::provider::ProviderOptions;
 use crate::config::watcher::{ConfigWatcher, ReloadStatus};
 use crate::config::{Config, LiveConfig};
 use crate::metrics::{RuleLimit, Stats};
+use crate::resilience::leases::Fleet;
 use crate::service::health::{Component, Health};
 use crate::settings::{ConfigType, Settings};
 use crate::xds::XdsProvider;
@@ -26,6 +27,7 @@ pub(super) async fn start_config(
     live: &LiveConfig,
     stats: &Arc<Stats>,
     health: &Health,
+    fleet: Option<Arc<Fleet>>,
     shutdown: impl Future<Output = Signal>,
 ) -> Result<Option<(ConfigSource, tokio::task::JoinHandle<()>)>, AppError> {
     let (source, status) = match settings.config_provider.config_type {
@@ -54,6 +56,7 @@ pub(super) async fn start_config(
         health.clone(),
         live.clone(),
         settings.stats.rule_limit_gauges,
+        fleet,
     ));
     if !settings.config_provider.force_start_without_initial_config {
         tokio::select! {
@@ -104,13 +107,17 @@ impl ConfigSource {
 
 /// Turns reload outcomes into the `config_load_*` and `runtime.*` stats,
 /// the rules' limit gauges (with `RULE_LIMIT_GAUGES`) and the `config`
-/// health component (healthy iff the live config has a domain).
+/// health component (healthy iff the live config has a domain); and
+/// tells the local-first write-back of the config's shortest
+/// `sync_interval`, so that it counts the instances before the first
+/// request of such a rule (which is then decided from its view).
 async fn follow_reloads(
     mut status: watch::Receiver<ReloadStatus>,
     stats: Arc<Stats>,
     health: Health,
     live: LiveConfig,
     limit_gauges: bool,
+    fleet: Option<Arc<Fleet>>,
 ) {
     let mut seen = ReloadStatus::default();
     loop {
@@ -128,6 +135,9 @@ async fn follow_reloads(
                 if limit_gauges {
                     stats.configured_limits(&rule_limits(&config));
                 }
+                if let (Some(fleet), Some(interval)) = (&fleet, shortest_sync_interval(&config)) {
+                    fleet.note(interval);
+                }
             }
         }
         seen = now;
@@ -135,6 +145,20 @@ async fn follow_reloads(
             return;
         }
     }
+}
+
+/// The shortest `sync_interval` a rule of `config` sets.
+fn shortest_sync_interval(config: &Config) -> Option<std::time::Duration> {
+    config
+        .tree()
+        .rules()
+        .into_iter()
+        .flat_map(|rule| {
+            let own = rule.sync_interval;
+            own.into_iter()
+                .chain(rule.limits.iter().filter_map(|l| l.sync_interval))
+        })
+        .min()
 }
 
 /// Every limited rule's configured limit, for its gauges: an original

@@ -153,8 +153,21 @@ pub async fn run(
 
     // The configuration.
     let live = LiveConfig::new();
-    let Some((config_source, status_task)) =
-        start_config(&settings, &live, &service_stats, &health, shutdown.clone()).await?
+    let fleet = built.fleet();
+    if let (Some(fleet), Some(interval)) =
+        (&fleet, settings.hot_keys.lease.local_first_sync_interval)
+    {
+        fleet.note(interval);
+    }
+    let Some((config_source, status_task)) = start_config(
+        &settings,
+        &live,
+        &service_stats,
+        &health,
+        fleet,
+        shutdown.clone(),
+    )
+    .await?
     else {
         return Ok(());
     };

@@ -36,6 +36,12 @@ pub(super) struct BuiltStore {
 }
 
 impl BuiltStore {
+    /// What the local-first write-back knows of the fleet: any store
+    /// across the network (memcache's included) has one.
+    pub(super) fn fleet(&self) -> Option<Arc<resilience::leases::Fleet>> {
+        self._wrapped.leases.as_ref().map(|l| l.fleet())
+    }
+
     /// `store` in the layers it needs ([`resilience::wrap`]); `leased`:
     /// whether `/hotkeys` and shutdown see its lease layer.
     fn wrapped(

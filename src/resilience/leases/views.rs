@@ -64,9 +64,9 @@ fn nanos(d: Duration) -> u64 {
 }
 
 impl Fleet {
-    /// A local-first rule with `interval` was seen: the write-back runs at
-    /// the shortest one.
-    pub(super) fn note(&self, interval: Duration) {
+    /// A local-first rule with `interval` was seen (or loaded): the
+    /// write-back runs at the shortest one.
+    pub fn note(&self, interval: Duration) {
         self.interval
             .fetch_min(nanos(interval).max(1_000_000), Ordering::Relaxed);
     }

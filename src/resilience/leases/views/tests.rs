@@ -339,7 +339,9 @@ async fn views_stop_at_their_cap_and_keys_without_one_go_to_the_store() {
     // Views end with their windows (written back first): room again.
     f.write_back().await;
     f.clock.advance(Duration::from_secs(120));
-    f.nodes[0].table.ended(crate::limiter::Clock::now(f.clock.as_ref()), false);
+    f.nodes[0]
+        .table
+        .ended(crate::limiter::Clock::now(f.clock.as_ref()), false);
     assert_eq!(f.nodes[0].table.views().0, 0);
     f.write_back().await;
     assert!(f.admitted(0, &window("fourth", 1_000)).await);
