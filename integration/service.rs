@@ -1251,8 +1251,9 @@ descriptors:
 }
 
 /// `GRPC_WORKERS=3`: connections are handed to three single-threaded
-/// runtimes in turn; every connection is answered, their counts meet in one
-/// store, and SIGTERM drains every worker.
+/// runtimes in turn (beside them, a large-request lane of three threads);
+/// every connection is answered, their counts meet in one store, and
+/// SIGTERM drains every worker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_are_spread_over_the_grpc_workers() {
     let mut svc = start(&[("GRPC_WORKERS", "3")]);
@@ -1274,12 +1275,44 @@ async fn connections_are_spread_over_the_grpc_workers() {
     let threads = std::fs::read_dir(format!("/proc/{}/task", svc.pid()))
         .expect("tasks")
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.starts_with("grpc-"))
+        .collect::<Vec<_>>();
+    let workers = threads
+        .iter()
+        .filter_map(|name| name.trim().strip_prefix("grpc-"))
+        .filter(|n| n.parse::<usize>().is_ok())
         .count();
-    assert_eq!(threads, 3, "one thread per worker");
+    assert_eq!(workers, 3, "one thread per worker: {threads:?}");
+    let lane = threads
+        .iter()
+        .filter(|name| name.trim() == "grpc-large")
+        .count();
+    assert_eq!(lane, 3, "the large-request lane, as many: {threads:?}");
     drop(clients);
     svc.signal("TERM");
     assert_eq!(svc.wait_exit(Duration::from_secs(20)), Some(0));
+}
+
+/// A request of more than 64 descriptors is decided on the large-request
+/// lane, and answered as any other; a small one is decided on its worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_requests_are_decided_on_their_own_lane() {
+    let svc = start(&[("GRPC_WORKERS", "2")]);
+    let mut c = svc.client().await;
+    let large: Vec<_> = (0..100)
+        .map(|i| desc(&[("normal", &format!("lane{i}"))]))
+        .collect();
+    let r = call(&mut c, request("test", large))
+        .await
+        .expect("answered");
+    assert_eq!(r.statuses.len(), 100);
+    assert_eq!(r.overall_code, 1, "each of its own keys, within its limit");
+    let lane = "ratelimit.service.call.should_rate_limit.large_lane";
+    assert_eq!(svc.stat(lane), 1);
+    let r = call(&mut c, request("test", vec![desc(&[("normal", "small")])]))
+        .await
+        .expect("answered");
+    assert_eq!(r.overall_code, 1);
+    assert_eq!(svc.stat(lane), 1, "a small request stays on its worker");
 }
 
 /// What `ratelimit ARG` prints, with no environment at all, once it has

@@ -17,6 +17,9 @@
 # 1, 2 and 4 heavy callers, the ratio of its p99 to its p99 alone, and the
 # heavy callers' requests a second (each, and what one did alone). PIN=1
 # pins the service to core 0 and the load tools and Redis to core 1.
+# SIZES (default "100 1000"), COUNTS (default "1 2 4") and STORES (default
+# "memory redis") narrow the rows. A heavy caller's "alone" figure is its
+# second run alone, on keys the first one made.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DURATION=${1:-5s}
@@ -59,10 +62,11 @@ run_store() { # NAME extra env...
     printf '%-6s %-7s %-6s %8s %8s %8s %6s %14s %14s\n' store heavy size p50_us p99_us p999_us ratio heavy_rps_each heavy_rps_alone
     printf '%-6s %-7s %-6s %8d %8d %8d %6s %14s %14s\n' "$name" 0 - "$(field "$alone" p50_us)" "$p99_alone" \
         "$(field "$alone" p999_us)" 1.00 - -
-    for size in 100 1000; do
+    for size in ${SIZES:-100 1000}; do
         local solo
+        heavy "$size" "$seconds" >/dev/null
         solo=$(field "$(heavy "$size" "$seconds")" rps)
-        for n in 1 2 4; do
+        for n in ${COUNTS:-1 2 4}; do
             local out=() hp=() i
             for i in $(seq "$n"); do
                 # Each heavy caller runs past the light one's warm-up and span.
@@ -88,5 +92,9 @@ print('%.0f' % (sum(rps) / len(rps)))" $(for i in $(seq "$n"); do echo "$work/he
 }
 
 echo "=== a light caller at $LIGHT_RPS/s beside heavy callers; $DURATION per row; PIN=$PIN"
-run_store memory BACKEND_TYPE=memory
-run_store redis BACKEND_TYPE=redis REDIS_URL="127.0.0.1:$rport"
+for store in ${STORES:-memory redis}; do
+    case $store in
+        memory) run_store memory BACKEND_TYPE=memory ${EXTRA_ENV:-} ;;
+        redis) run_store redis BACKEND_TYPE=redis REDIS_URL="127.0.0.1:$rport" ;;
+    esac
+done

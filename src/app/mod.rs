@@ -256,10 +256,12 @@ pub async fn run(
 
     let router = {
         let (l, engine) = (l.clone(), Arc::clone(&engine));
+        let large_lane = workers.large().cloned();
         Arc::new(move || {
             grpc_router(
                 &l,
                 Arc::clone(&engine),
+                large_lane.clone(),
                 quota.clone(),
                 health_service.clone(),
             )

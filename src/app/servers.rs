@@ -37,6 +37,7 @@ const GRPC_MAX_HEADER_LIST: u32 = 16 * 1024;
 pub(super) fn grpc_router(
     l: &crate::settings::ListenerSettings,
     engine: Arc<Engine>,
+    large_lane: Option<tokio::runtime::Handle>,
     quota: QuotaService,
     health_service: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
@@ -52,7 +53,7 @@ pub(super) fn grpc_router(
         .initial_connection_window_size(GRPC_CONNECTION_WINDOW)
         .http2_max_header_list_size(GRPC_MAX_HEADER_LIST)
         .layer(crate::service::grpc::metrics::GrpcMetricsLayer)
-        .add_service(RlsServer::new(engine, MAX_GRPC_MESSAGE))
+        .add_service(RlsServer::new(engine, MAX_GRPC_MESSAGE).with_large_lane(large_lane))
         .add_service(quota.server(MAX_GRPC_MESSAGE))
         .add_service(health_service)
 }

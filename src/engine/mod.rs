@@ -44,10 +44,8 @@ pub use types::{
 };
 
 /// How many descriptors a request's lookup and plan handle before letting
-/// the worker's other requests run: a request of many descriptors within
-/// the caps costs its neighbours at most this many descriptors' work per
-/// turn.
-pub const SLICE: usize = 64;
+/// the worker's other requests run (the workers' [`SLICE`]).
+pub use crate::platform::workers::SLICE;
 
 /// The largest expiry jitter bound applied, in seconds (about 68 years): the
 /// Redis script draws the jitter with Lua's generator, which takes a 32-bit

@@ -55,6 +55,11 @@ pub const PAST_CALLER_DEADLINE: &str =
 /// whose caller went away (cancelled the stream, closed the connection)
 /// before they were answered and before any `grpc-timeout` of theirs ran out.
 pub const CALLER_GONE: &str = "ratelimit.service.call.should_rate_limit.caller_gone";
+/// `ratelimit.service.call.should_rate_limit.large_lane` (ours): calls of
+/// more than [`SLICE`](crate::platform::workers::SLICE) descriptors,
+/// decided on the large-request lane rather than on the worker that
+/// received them.
+pub const LARGE_REQUESTS: &str = "ratelimit.service.call.should_rate_limit.large_lane";
 /// `runtime.load_attempts`: configuration snapshots read by the file provider.
 pub const RUNTIME_LOAD_ATTEMPTS: &str = "runtime.load_attempts";
 /// `runtime.num_values`: files in the live configuration.

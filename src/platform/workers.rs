@@ -19,6 +19,13 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
+/// The most work one request does between two turns of its worker's
+/// other requests, in descriptors (or store items): a request of many
+/// descriptors within the caps costs its neighbours at most this much work
+/// a turn. The engine's lookup and plan, and the memory store's counters,
+/// yield every `SLICE`.
+pub const SLICE: usize = 64;
+
 thread_local! {
     /// The worker the calling thread runs, if it is one.
     static CURRENT: Cell<Option<usize>> = const { Cell::new(None) };
@@ -51,6 +58,8 @@ pub struct Workers {
 #[derive(Debug, Default)]
 struct Running {
     handles: Vec<Handle>,
+    /// The large-request lane's runtime (see [`Workers::large`]).
+    large: Option<Handle>,
     /// Each worker's thread blocks on its receiver: dropping these ends
     /// the workers.
     _stop: Vec<oneshot::Sender<()>>,
@@ -88,9 +97,28 @@ impl Workers {
             running.handles.push(handle);
             running._stop.push(stop);
         }
+        if n > 0 {
+            let (large, stop) =
+                start_large_lane(n).map_err(|source| WorkerError { index: n, source })?;
+            running.large = Some(large);
+            running._stop.push(stop);
+        }
         Ok(Workers {
             inner: Arc::new(running),
         })
+    }
+
+    /// The large-request lane: a runtime of as many threads as workers
+    /// (`grpc-large`), apart from them, on which a request of more than
+    /// [`SLICE`] descriptors is decided. A worker's thread then runs small
+    /// requests and only the decoding and encoding of large ones, so a small
+    /// request never waits behind a large one's decision on its worker, and
+    /// the system's scheduler shares the cores between the lane and the
+    /// workers as between any threads (a worker woken for a small request
+    /// runs at once if a core is free or busy with the lane's long work).
+    /// `None` without workers.
+    pub fn large(&self) -> Option<&Handle> {
+        self.inner.large.as_ref()
     }
 
     /// How many workers run.
@@ -107,6 +135,26 @@ impl Workers {
     pub fn handles(&self) -> &[Handle] {
         &self.inner.handles
     }
+}
+
+/// Starts the large-request lane's runtime of `threads` threads, owned by
+/// a thread of its own that drops it when the returned sender is dropped.
+fn start_large_lane(threads: usize) -> std::io::Result<(Handle, oneshot::Sender<()>)> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("grpc-large")
+        .enable_all()
+        .build()?;
+    let handle = runtime.handle().clone();
+    let (stop, stopped) = oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name("grpc-large-owner".into())
+        .spawn(move || {
+            runtime.block_on(async {
+                let _ = stopped.await;
+            });
+        })?;
+    Ok((handle, stop))
 }
 
 /// How far ahead a worker's own timer is kept; request deadlines at

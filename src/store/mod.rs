@@ -291,6 +291,20 @@ impl Work {
         self.items.is_empty()
     }
 
+    /// Whether each item is decided on its own: the original's counters,
+    /// which count whatever the others decide, with no reference following
+    /// one and no `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` (which reads
+    /// them all first). A store may run such a work in slices, each of its
+    /// own, with the same answers; any other work is one atomic step per
+    /// node, all or nothing.
+    pub fn is_independent(&self) -> bool {
+        matches!(self.policy, Policy::Commit | Policy::Decide)
+            && self
+                .items
+                .iter()
+                .all(|c| matches!(c.limit, Limit::Counter(_)))
+    }
+
     /// The same work over the items at `positions` only, in that order. A
     /// reference whose subject is left out follows the commit.
     pub fn select(&self, positions: &[usize]) -> Work {

@@ -40,6 +40,7 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 
 use super::{Done, Job, Reply, Store, Work};
 use crate::limiter::Clock;
+use crate::platform::workers::SLICE;
 
 mod apply;
 mod shares;
@@ -253,16 +254,45 @@ impl Drop for SweeperGuard {
     }
 }
 
+impl MemoryStore {
+    fn apply_or_fail(&self, work: &Work) -> Reply {
+        self.apply(work)
+            .unwrap_or_else(|e| Reply::failed(work.len(), &e))
+    }
+
+    /// An [independent](Work::is_independent) work in slices of [`SLICE`] items, each under
+    /// its own shards' locks, yielding between them: a large request holds
+    /// no lock, and keeps its worker from other requests, for more than a
+    /// slice. The answers are those of one step (each counter counts on
+    /// its own); committed iff every slice committed.
+    async fn apply_in_slices(&self, work: &Work) -> Reply {
+        let positions: Vec<usize> = (0..work.len()).collect();
+        let mut reply = Reply {
+            answers: Vec::with_capacity(work.len()),
+            committed: work.policy.commits(),
+        };
+        for (n, slice) in positions.chunks(SLICE).enumerate() {
+            if n > 0 {
+                tokio::task::yield_now().await;
+            }
+            let part = self.apply_or_fail(&work.select(slice));
+            reply.committed &= part.committed;
+            reply.answers.extend(part.answers);
+        }
+        reply
+    }
+}
+
 #[async_trait]
 impl Store for MemoryStore {
     /// Nothing here can fail but a full store (`MEMORY_MAX_KEYS`); the
     /// boards and the overrides' book are this instance's own.
     async fn call(&self, job: Job<'_>, _deadline: Option<tokio::time::Instant>) -> Done {
         match job {
-            Job::Limits(work) => Done::Limits(match self.apply(work) {
-                Ok(reply) => reply,
-                Err(e) => Reply::failed(work.len(), &e),
-            }),
+            Job::Limits(work) if work.len() > SLICE && work.is_independent() => {
+                Done::Limits(self.apply_in_slices(work).await)
+            }
+            Job::Limits(work) => Done::Limits(self.apply_or_fail(work)),
             Job::Boards(work) => Done::Boards(self.boards.share(work)),
             Job::Overrides(work) => Done::Overrides(self.book.run(work)),
         }

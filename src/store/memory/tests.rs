@@ -2,6 +2,8 @@ use super::*;
 use crate::config::tree::RuleId;
 use crate::limiter::fixed_window::Window;
 use crate::limiter::ManualClock;
+use crate::platform::workers::SLICE;
+use crate::store::Work;
 use crate::store::{testing::RunItems, Item, Limit, OriginalWindow, Policy};
 
 fn inc(key: &str, hits: u64, now: u64, unit: u64, limit: u64) -> Item {
@@ -186,4 +188,27 @@ async fn two_floods_share_what_the_quiet_rules_leave() {
     // Equal shares, per shard within one key.
     assert!(keys(&a).abs_diff(keys(&b)) <= 64, "{held:?}");
     assert_eq!(keys(&a) + keys(&b), 1024);
+}
+
+/// A large work of counters alone is applied in slices, and answers as one
+/// step would: each counter counted, a refusal refusing only itself, and
+/// the work committed iff no binding counter refused.
+#[tokio::test]
+async fn a_large_work_of_counters_answers_as_one_step() {
+    let clock = Arc::new(ManualClock::at_secs(1200));
+    let sliced = MemoryStore::new(clock.clone());
+    let items: Vec<Item> = (0..3 * SLICE + 5)
+        .map(|i| inc(&format!("k{i}"), 1, 1200, 60, 1))
+        .collect();
+    let work = Work::new(items.clone(), Policy::Commit);
+    assert!(work.is_independent());
+    let first = sliced.apply_in_slices(&work).await;
+    assert!(first.committed);
+    let again = sliced.apply_in_slices(&work).await;
+    assert!(!again.committed, "every counter is over its limit of 1");
+    // The same works in one step, on a store of their own.
+    let whole = MemoryStore::new(clock);
+    assert_eq!(whole.apply(&work).expect("applied"), first);
+    assert_eq!(whole.apply(&work).expect("applied"), again);
+    assert_eq!(sliced.len(), items.len());
 }

@@ -194,6 +194,13 @@ pub(super) struct Group {
     pub(super) deadline: Option<tokio::time::Instant>,
 }
 
+impl Group {
+    /// How many keys it holds.
+    pub(super) fn len(&self) -> usize {
+        self.keys.len()
+    }
+}
+
 /// What the script needs of a counter besides its key: the increment, and
 /// the TTL (s) and jitter bound (s) it draws the key's expiry from when the
 /// increment creates the key.

@@ -27,6 +27,10 @@ use crate::store::{StoreError, StoreErrorKind};
 pub(crate) const IN_FLIGHT: usize = 4;
 /// Most decisions in one script call.
 pub(crate) const MAX_BATCH: usize = 64;
+/// Most keys in one script call, unless one decision alone has more (an
+/// all-or-nothing request's part on one node): Redis runs one script at a
+/// time, so this bounds how long another caller's call waits behind one.
+pub(crate) const MAX_BATCH_KEYS: usize = 4 * crate::platform::workers::SLICE;
 /// How many times a call about to go out lets ready tasks run first.
 const JOIN_ROUNDS: usize = 1;
 /// Decisions that may wait for a call before callers wait to queue.
@@ -89,6 +93,9 @@ pub(crate) trait Batch: Send + Sync + 'static {
     /// Its answer.
     type Answer: Send + 'static;
 
+    /// How many keys `item` holds (what a call's length grows with).
+    fn keys(item: &Self::Item) -> usize;
+
     /// Runs `items` in one call; one answer per item, in order.
     fn run(
         &self,
@@ -123,15 +130,23 @@ impl<B: Batch> Coalescer<B> {
         let (tx, mut rx) = mpsc::channel::<Job<B>>(QUEUE);
         let permits = Arc::new(Semaphore::new(IN_FLIGHT));
         home.spawn(async move {
+            // A decision that would have taken the last call past
+            // MAX_BATCH_KEYS: it leads the next one.
+            let mut pending: Option<Job<B>> = None;
             loop {
                 // Take a call slot first: while every slot is busy, decisions
                 // queue up and leave together when one frees.
                 let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
                     return;
                 };
-                let Some(first) = rx.recv().await else {
-                    return;
+                let first = match pending.take() {
+                    Some(job) => job,
+                    None => match rx.recv().await {
+                        Some(job) => job,
+                        None => return,
+                    },
                 };
+                let mut keys = B::keys(&first.item);
                 let mut jobs = vec![first];
                 // Let the request tasks that are ready run first, so that
                 // their decisions join this call. Measured with the service
@@ -143,9 +158,15 @@ impl<B: Batch> Coalescer<B> {
                 // returns at once.
                 for _ in 0..JOIN_ROUNDS {
                     tokio::task::yield_now().await;
-                    while jobs.len() < MAX_BATCH {
+                    while jobs.len() < MAX_BATCH && pending.is_none() {
                         match rx.try_recv() {
-                            Ok(job) => jobs.push(job),
+                            Ok(job) if keys + B::keys(&job.item) > MAX_BATCH_KEYS => {
+                                pending = Some(job);
+                            }
+                            Ok(job) => {
+                                keys += B::keys(&job.item);
+                                jobs.push(job);
+                            }
                             Err(_) => break,
                         }
                     }

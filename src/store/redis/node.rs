@@ -549,6 +549,10 @@ impl coalesce::Batch for LimitCalls {
     type Item = Group;
     type Answer = Vec<i64>;
 
+    fn keys(item: &Group) -> usize {
+        item.len()
+    }
+
     fn run(
         &self,
         items: Vec<Group>,

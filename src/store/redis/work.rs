@@ -55,6 +55,7 @@ use tokio::time::Instant;
 use super::args::{decided, malformed, Part, COUNTER_REPLY, ITEM_REPLY};
 use super::node::{until, Lanes};
 use super::placement::RedisPlacement;
+use crate::platform::workers::SLICE;
 use crate::store::{Answer, Decided, Item, Limit, Policy, Reply, StoreError, Work};
 
 /// Runs `work`, one script call per node. A node that fails fails its own
@@ -81,12 +82,24 @@ pub(super) async fn execute(
             c.node.as_ref(),
         )
     }));
+    // An independent work (counters alone) goes in slices of SLICE keys a
+    // script call, so that another caller's call waits behind a slice, not
+    // behind a whole large request; any other is one script per node.
+    let slice = match work.is_independent() {
+        true => SLICE,
+        false => usize::MAX,
+    };
     let parts: Vec<Part<'_>> = groups
         .into_iter()
-        .map(|(to, positions)| Part {
-            to,
-            positions,
-            items,
+        .flat_map(|(to, positions)| {
+            positions
+                .chunks(slice)
+                .map(|p| Part {
+                    to: to.clone(),
+                    positions: p.to_vec(),
+                    items,
+                })
+                .collect::<Vec<_>>()
         })
         .collect();
     // Names a sliding log's entries and an in-flight limit's slots (a

@@ -21,7 +21,11 @@ use envoy_types::pb::envoy::service::ratelimit::v3 as pb;
 use tonic::codegen::{http, Body, BoxFuture, Service, StdError};
 use tonic::server::{Grpc, NamedService, UnaryService};
 
-use crate::engine::{Engine, RateLimitRequest};
+use tokio::runtime::Handle;
+
+use crate::engine::ServiceError;
+use crate::engine::{Engine, RateLimitRequest, RateLimitResponse};
+use crate::platform::workers::SLICE;
 use crate::service::error::to_status;
 
 /// The gRPC path of `ShouldRateLimit`.
@@ -33,6 +37,9 @@ pub const SHOULD_RATE_LIMIT_PATH: &str =
 pub struct RlsServer {
     engine: Arc<Engine>,
     max_decoding_message_size: usize,
+    /// Where a request of more than [`SLICE`] descriptors is decided (the
+    /// workers' large-request lane); `None`: where it arrived.
+    large: Option<Handle>,
 }
 
 impl RlsServer {
@@ -42,6 +49,16 @@ impl RlsServer {
         RlsServer {
             engine,
             max_decoding_message_size,
+            large: None,
+        }
+    }
+
+    /// The service, deciding requests of more than [`SLICE`] descriptors
+    /// on `lane` (see [`crate::platform::workers::Workers::large`]).
+    pub fn with_large_lane(self, lane: Option<Handle>) -> RlsServer {
+        RlsServer {
+            large: lane,
+            ..self
         }
     }
 }
@@ -93,8 +110,28 @@ impl Drop for CallWatch {
     }
 }
 
-/// One call: the engine, and when the call's store step must end.
-struct ShouldRateLimit(Arc<Engine>, Option<tokio::time::Instant>);
+/// One call: the engine, when the call's store step must end, and the
+/// large-request lane.
+struct ShouldRateLimit(Arc<Engine>, Option<tokio::time::Instant>, Option<Handle>);
+
+/// Decides `request` (telemetry's span around it when tracing is on).
+async fn decide(
+    engine: Arc<Engine>,
+    request: RateLimitRequest,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<RateLimitResponse, ServiceError> {
+    let decided = engine.should_rate_limit_by(&request, deadline);
+    if crate::platform::telemetry::enabled() {
+        use tracing::Instrument;
+        let span = tracing::info_span!(
+            target: crate::platform::telemetry::SPAN_TARGET,
+            "ShouldRateLimit Execution"
+        );
+        decided.instrument(span).await
+    } else {
+        decided.await
+    }
+}
 
 impl UnaryService<pb::RateLimitRequest> for ShouldRateLimit {
     type Response = pb::RateLimitResponse;
@@ -102,18 +139,19 @@ impl UnaryService<pb::RateLimitRequest> for ShouldRateLimit {
 
     fn call(&mut self, request: tonic::Request<pb::RateLimitRequest>) -> Self::Future {
         let (engine, deadline) = (Arc::clone(&self.0), self.1);
+        let lane = self.2.clone();
         Box::pin(async move {
             let request = RateLimitRequest::from(request.into_inner());
-            let decided = engine.should_rate_limit_by(&request, deadline);
-            let decided = if crate::platform::telemetry::enabled() {
-                use tracing::Instrument;
-                let span = tracing::info_span!(
-                    target: crate::platform::telemetry::SPAN_TARGET,
-                    "ShouldRateLimit Execution"
-                );
-                decided.instrument(span).await
-            } else {
-                decided.await
+            let decided = match lane {
+                Some(lane) if request.descriptors.len() > SLICE => {
+                    ::metrics::counter!(crate::metrics::LARGE_REQUESTS).increment(1);
+                    // Fails only if the decision panicked, or the lane is
+                    // shutting down.
+                    lane.spawn(decide(engine, request, deadline))
+                        .await
+                        .map_err(|e| tonic::Status::internal(format!("large-request lane: {e}")))?
+                }
+                _ => decide(engine, request, deadline).await,
             };
             decided
                 .map(|r| tonic::Response::new(r.into()))
@@ -164,7 +202,7 @@ where
             gives_up,
             answered: false,
         };
-        let method = ShouldRateLimit(Arc::clone(&self.engine), deadline);
+        let method = ShouldRateLimit(Arc::clone(&self.engine), deadline, self.large.clone());
         let max = self.max_decoding_message_size;
         let span = crate::platform::telemetry::enabled().then(|| {
             crate::platform::telemetry::server_span(&SHOULD_RATE_LIMIT_PATH[1..], req.headers())
