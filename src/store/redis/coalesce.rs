@@ -30,7 +30,7 @@ pub(crate) const MAX_BATCH: usize = 64;
 /// Most keys in one script call, unless one decision alone has more (an
 /// all-or-nothing request's part on one node): Redis runs one script at a
 /// time, so this bounds how long another caller's call waits behind one.
-pub(crate) const MAX_BATCH_KEYS: usize = 4 * crate::platform::workers::SLICE;
+pub(crate) const MAX_BATCH_KEYS: usize = crate::platform::workers::SLICE;
 /// How many times a call about to go out lets ready tasks run first.
 const JOIN_ROUNDS: usize = 1;
 /// Decisions that may wait for a call before callers wait to queue.

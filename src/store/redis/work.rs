@@ -48,7 +48,16 @@
 //!
 //! On a single node (plain or behind sentinels) the groups of concurrent
 //! requests are coalesced into one script call, each group still applied
-//! on its own.
+//! on its own, at most `MAX_BATCH_KEYS` keys a call.
+//!
+//! # Large works
+//!
+//! Redis runs one script at a time, so a caller's call waits behind every
+//! script ahead of it. A work whose items are all the original's counters
+//! ([`Work::is_independent`]: each counts on its own) is sent in slices of
+//! [`SLICE`] keys, each a part of its own; a work that commits all or
+//! nothing stays one script per node, its size bounded by the request caps
+//! (`REQUEST_MAX_DESCRIPTORS`).
 
 use tokio::time::Instant;
 

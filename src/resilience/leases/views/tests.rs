@@ -85,19 +85,21 @@ fn window(key: &str, limit: u64) -> Item {
     item
 }
 
-/// The key's counter in the store.
-async fn counter(f: &Instances, key: &str) -> u64 {
-    let mut read = Item {
-        hits: crate::store::Hits::Take(0),
-        ..window(key, 1_000)
-    };
-    read.rule.sync_interval = None;
+/// What `item`'s key holds in the store, read (a cost of 0) at the store.
+async fn read(f: &Instances, mut item: Item) -> u64 {
+    item.hits = crate::store::Hits::Take(0);
+    item.rule.sync_interval = None;
     f.scripted
-        .run(&[read], Policy::Commit)
+        .run(&[item], Policy::Commit)
         .await
         .expect("read")
         .results[0]
         .count
+}
+
+/// The key's counter in the store.
+async fn counter(f: &Instances, key: &str) -> u64 {
+    read(f, window(key, 1_000)).await
 }
 
 #[tokio::test]
@@ -238,16 +240,7 @@ fn reference(key: &str, subject: usize) -> Item {
 
 /// What the reference of `key` holds in its trailing window.
 async fn referenced(f: &Instances, key: &str) -> u64 {
-    let read = Item {
-        hits: crate::store::Hits::Take(0),
-        ..reference(key, 0)
-    };
-    f.scripted
-        .run(&[read], Policy::Commit)
-        .await
-        .expect("read")
-        .results[0]
-        .count
+    read(f, reference(key, 0)).await
 }
 
 #[tokio::test]
