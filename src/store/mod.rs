@@ -291,14 +291,16 @@ impl Work {
         self.items.is_empty()
     }
 
-    /// Whether each item is decided on its own: the original's counters,
-    /// which count whatever the others decide, with no reference following
-    /// one and no `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` (which reads
-    /// them all first). A store may run such a work in slices, each of its
-    /// own, with the same answers; any other work is one atomic step per
-    /// node, all or nothing.
+    /// Whether this is a request's work whose items are each decided on
+    /// their own: the original's counters, which count whatever the others
+    /// decide, with no reference following one and no
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` (which reads them all
+    /// first). A store may run such a work in slices, each of its own, with
+    /// the same answers; any other work is one atomic step per node, all or
+    /// nothing. (The local-first write-back, [`Policy::Decide`], is one
+    /// script call per node an interval by design, and is not sliced.)
     pub fn is_independent(&self) -> bool {
-        matches!(self.policy, Policy::Commit | Policy::Decide)
+        self.policy == Policy::Commit
             && self
                 .items
                 .iter()
