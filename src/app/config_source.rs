@@ -56,7 +56,7 @@ pub(super) async fn start_config(
         health.clone(),
         live.clone(),
         settings.stats.rule_limit_gauges,
-        fleet,
+        fleet.map(|f| (f, settings.hot_keys.lease.local_first_sync_interval)),
     ));
     if !settings.config_provider.force_start_without_initial_config {
         tokio::select! {
@@ -108,16 +108,17 @@ impl ConfigSource {
 /// Turns reload outcomes into the `config_load_*` and `runtime.*` stats,
 /// the rules' limit gauges (with `RULE_LIMIT_GAUGES`) and the `config`
 /// health component (healthy iff the live config has a domain); and
-/// tells the local-first write-back of the config's shortest
-/// `sync_interval`, so that it counts the instances before the first
-/// request of such a rule (which is then decided from its view).
+/// tells the local-first write-back the shortest `sync_interval` of the
+/// config and of `LOCAL_FIRST_SYNC_INTERVAL` (the `Option` beside the
+/// fleet), so that it counts the instances before the first request of a
+/// local-first rule (which is then decided from its view).
 async fn follow_reloads(
     mut status: watch::Receiver<ReloadStatus>,
     stats: Arc<Stats>,
     health: Health,
     live: LiveConfig,
     limit_gauges: bool,
-    fleet: Option<Arc<Fleet>>,
+    fleet: Option<(Arc<Fleet>, Option<std::time::Duration>)>,
 ) {
     let mut seen = ReloadStatus::default();
     loop {
@@ -135,8 +136,14 @@ async fn follow_reloads(
                 if limit_gauges {
                     stats.configured_limits(&rule_limits(&config));
                 }
-                if let (Some(fleet), Some(interval)) = (&fleet, shortest_sync_interval(&config)) {
-                    fleet.note(interval);
+                if let Some((fleet, setting)) = &fleet {
+                    let shortest = shortest_sync_interval(&config)
+                        .into_iter()
+                        .chain(*setting)
+                        .min();
+                    if let Some(interval) = shortest {
+                        fleet.note(interval);
+                    }
                 }
             }
         }

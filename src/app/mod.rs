@@ -153,18 +153,12 @@ pub async fn run(
 
     // The configuration.
     let live = LiveConfig::new();
-    let fleet = built.fleet();
-    if let (Some(fleet), Some(interval)) =
-        (&fleet, settings.hot_keys.lease.local_first_sync_interval)
-    {
-        fleet.note(interval);
-    }
     let Some((config_source, status_task)) = start_config(
         &settings,
         &live,
         &service_stats,
         &health,
-        fleet,
+        built.fleet(),
         shutdown.clone(),
     )
     .await?

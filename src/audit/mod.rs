@@ -83,16 +83,15 @@ impl Audit {
     /// `max_over` (`LOCAL_FIRST_MAX_OVER`, `ε`) lets them make.
     pub fn with_local_first_max_over(self, max_over: f64) -> Audit {
         Audit {
-            local_first_max_over: max_over.clamp(0.0, 1.0),
+            local_first_max_over: max_over,
             ..self
         }
     }
 
-    /// A local-first window of `limit`'s allowance a window, `⌊ε·limit⌋`:
-    /// what its instances' unwritten shares add up to at most, whatever
-    /// their number.
+    /// A local-first window of `limit`'s allowance a window
+    /// ([`Share::allowance`](crate::resilience::leases::local::Share::allowance)).
     pub fn local_first_over(&self, limit: u64) -> u64 {
-        (limit as f64 * self.local_first_max_over).floor() as u64
+        crate::resilience::leases::local::Share::allowance(limit, self.local_first_max_over)
     }
 
     /// Whether the limit whose reference key is `reference_key` and whose

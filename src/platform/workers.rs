@@ -22,8 +22,8 @@ use tokio::sync::oneshot;
 /// The most work one request does between two turns of its worker's
 /// other requests, in descriptors (or store items): a request of many
 /// descriptors within the caps costs its neighbours at most this much work
-/// a turn. The engine's lookup and plan, and the memory store's counters,
-/// yield every `SLICE`.
+/// a turn. The engine's lookup and plan yield every `SLICE` descriptors,
+/// and the stores take a large work of counters in slices of `SLICE`.
 pub const SLICE: usize = 64;
 
 thread_local! {
@@ -148,7 +148,7 @@ fn start_large_lane(threads: usize) -> std::io::Result<(Handle, oneshot::Sender<
     let handle = runtime.handle().clone();
     let (stop, stopped) = oneshot::channel::<()>();
     std::thread::Builder::new()
-        .name("grpc-large-owner".into())
+        .name("grpc-large-rt".into())
         .spawn(move || {
             runtime.block_on(async {
                 let _ = stopped.await;

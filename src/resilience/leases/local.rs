@@ -66,12 +66,17 @@ impl Share {
     /// with `max_over` (`ε`, in [0, 1]) the over-admission allowed.
     pub fn of(limit: u64, instances: u64, max_over: f64) -> Share {
         let n = instances.max(1);
-        let over = (limit as f64 * max_over.clamp(0.0, 1.0)).floor() as u64;
-        let unwritten = over / n;
+        let unwritten = Share::allowance(limit, max_over) / n;
         Share {
             unwritten,
             margin: unwritten.saturating_mul(n - 1),
         }
+    }
+
+    /// What every instance's share of a window of `limit` adds up to at
+    /// most, whatever their number: `⌊ε·L⌋` (`N·⌊ε·L/N⌋` never exceeds it).
+    pub fn allowance(limit: u64, max_over: f64) -> u64 {
+        (limit as f64 * max_over.clamp(0.0, 1.0)).floor() as u64
     }
 
     /// The most a window of this share admits, `L + N·P`, for `instances`.

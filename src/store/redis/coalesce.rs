@@ -4,7 +4,7 @@
 //! its reader for every command; under load that, not Redis, bounds the
 //! decisions per second. A [`Coalescer`] lets at most [`IN_FLIGHT`] script
 //! calls run at once per node; decisions that arrive while they run wait in
-//! a queue and go out together in the next call (at most [`MAX_BATCH`]),
+//! a queue and go out together in the next call (at most [`MAX_BATCH_KEYS`] keys),
 //! and a call about to go out first lets the tasks that are ready run, so
 //! that decisions being made right now join it. At low load a decision
 //! goes out alone and at once, so no latency is added; under load the
@@ -25,11 +25,10 @@ use crate::store::{StoreError, StoreErrorKind};
 
 /// Script calls per node running at once.
 pub(crate) const IN_FLIGHT: usize = 4;
-/// Most decisions in one script call.
-pub(crate) const MAX_BATCH: usize = 64;
-/// Most keys in one script call, unless one decision alone has more (an
-/// all-or-nothing request's part on one node): Redis runs one script at a
-/// time, so this bounds how long another caller's call waits behind one.
+/// Most keys in one script call (so at most as many decisions), unless
+/// one decision alone has more (an all-or-nothing request's part on one
+/// node): Redis runs one script at a time, so this bounds how long another
+/// caller's call waits behind one.
 pub(crate) const MAX_BATCH_KEYS: usize = crate::platform::workers::SLICE;
 /// How many times a call about to go out lets ready tasks run first.
 const JOIN_ROUNDS: usize = 1;
@@ -158,7 +157,7 @@ impl<B: Batch> Coalescer<B> {
                 // returns at once.
                 for _ in 0..JOIN_ROUNDS {
                     tokio::task::yield_now().await;
-                    while jobs.len() < MAX_BATCH && pending.is_none() {
+                    while pending.is_none() {
                         match rx.try_recv() {
                             Ok(job) if keys + B::keys(&job.item) > MAX_BATCH_KEYS => {
                                 pending = Some(job);

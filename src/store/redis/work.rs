@@ -94,23 +94,23 @@ pub(super) async fn execute(
     // An independent work (counters alone) goes in slices of SLICE keys a
     // script call, so that another caller's call waits behind a slice, not
     // behind a whole large request; any other is one script per node.
-    let slice = match work.is_independent() {
-        true => SLICE,
-        false => usize::MAX,
-    };
-    let parts: Vec<Part<'_>> = groups
-        .into_iter()
-        .flat_map(|(to, positions)| {
-            positions
-                .chunks(slice)
-                .map(|p| Part {
-                    to: to.clone(),
-                    positions: p.to_vec(),
-                    items,
-                })
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let sliced = items.len() > SLICE && work.is_independent();
+    let mut parts: Vec<Part<'_>> = Vec::with_capacity(groups.len());
+    for (to, positions) in groups {
+        if sliced && positions.len() > SLICE {
+            parts.extend(positions.chunks(SLICE).map(|p| Part {
+                to: to.clone(),
+                positions: p.to_vec(),
+                items,
+            }));
+        } else {
+            parts.push(Part {
+                to,
+                positions,
+                items,
+            });
+        }
+    }
     // Names a sliding log's entries and an in-flight limit's slots (a
     // reference's too), so that a refund removes exactly them; nothing else
     // reads it.

@@ -23,8 +23,7 @@ use tonic::server::{Grpc, NamedService, UnaryService};
 
 use tokio::runtime::Handle;
 
-use crate::engine::ServiceError;
-use crate::engine::{Engine, RateLimitRequest, RateLimitResponse};
+use crate::engine::{Engine, RateLimitRequest, RateLimitResponse, ServiceError};
 use crate::platform::workers::SLICE;
 use crate::service::error::to_status;
 
